@@ -1,0 +1,8 @@
+//! `rag bench specdec`.
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("'rag bench specdec' is not available in this build yet")
+}

@@ -1,0 +1,76 @@
+//! `rag`: a thin command-line shell over the library crates. Each subcommand lives in its
+//! own module and owns its argument struct; this file only dispatches.
+
+mod cmd_ask;
+mod cmd_bench_model;
+mod cmd_bench_prefill;
+mod cmd_bench_retrieval;
+mod cmd_bench_specdec;
+mod cmd_generate;
+mod cmd_index;
+mod cmd_model;
+mod cmd_search;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "rag", version, about = "Private answers from your own documents, on your own device")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Index folders of documents (incremental).
+    Index(cmd_index::Args),
+    /// Show the ranked passages for a query.
+    Search(cmd_search::Args),
+    /// Answer a question from the index with a local LLM, citing sources.
+    Ask(cmd_ask::Args),
+    /// Generate text from a prompt (no retrieval).
+    Generate(cmd_generate::Args),
+    /// Fetch and list models.
+    #[command(subcommand)]
+    Model(cmd_model::ModelCmd),
+    /// Benchmarks (results also go to BENCHMARKS.md).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Prefill/decode throughput and the verify-cost curve of a model.
+    Model(cmd_bench_model::Args),
+    /// Speculative decoding modes on Spec-Bench / DroidTask prompts.
+    Specdec(cmd_bench_specdec::Args),
+    /// Prefill graph-switch schedules (sync, async, progressive, optimal).
+    Prefill(cmd_bench_prefill::Args),
+    /// Retrieval quality (recall@k, MRR) and latency.
+    Retrieval(cmd_bench_retrieval::Args),
+}
+
+fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RAG_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Index(a) => cmd_index::run(a),
+        Cmd::Search(a) => cmd_search::run(a),
+        Cmd::Ask(a) => cmd_ask::run(a),
+        Cmd::Generate(a) => cmd_generate::run(a),
+        Cmd::Model(c) => cmd_model::run(c),
+        Cmd::Bench(BenchCmd::Model(a)) => cmd_bench_model::run(a),
+        Cmd::Bench(BenchCmd::Specdec(a)) => cmd_bench_specdec::run(a),
+        Cmd::Bench(BenchCmd::Prefill(a)) => cmd_bench_prefill::run(a),
+        Cmd::Bench(BenchCmd::Retrieval(a)) => cmd_bench_retrieval::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
