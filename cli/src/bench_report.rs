@@ -1,0 +1,95 @@
+//! Shared plumbing for `rag bench ...`: the machine description and the BENCHMARKS.md
+//! section writer. Each benchmark owns one section between markers, so a re-run replaces
+//! its own table and leaves the others alone.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// "AMD EPYC ... (2 threads available)" from /proc/cpuinfo, or a generic fallback.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    format!("{cpu}, {n} hardware threads")
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, without a date crate.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The command line as typed, for reproduction notes.
+pub fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("rag {}", args.join(" "))
+}
+
+/// Replace (or append) the section `key` of BENCHMARKS.md in the current directory with
+/// `body`, stamped with the command, machine and date.
+pub fn write_section(key: &str, title: &str, body: &str) -> Result<()> {
+    write_section_in(Path::new("BENCHMARKS.md"), key, title, body)
+}
+
+pub fn write_section_in(path: &Path, key: &str, title: &str, body: &str) -> Result<()> {
+    let begin = format!("<!-- bench:{key}:begin -->");
+    let end = format!("<!-- bench:{key}:end -->");
+    let section = format!(
+        "{begin}\n## {title}\n\nCommand: `{}`  \nMachine: {}  \nDate: {}\n\n{}\n{end}",
+        command_line(),
+        machine(),
+        today(),
+        body.trim_end()
+    );
+    let old = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".to_owned());
+    let new = match (old.find(&begin), old.find(&end)) {
+        (Some(b), Some(e)) if e > b => format!("{}{}{}", &old[..b], section, &old[e + end.len()..]),
+        _ => format!("{}\n\n{}\n", old.trim_end(), section),
+    };
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_are_replaced_in_place_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("B.md");
+        write_section_in(&p, "a", "A", "first").unwrap();
+        write_section_in(&p, "b", "B", "other").unwrap();
+        write_section_in(&p, "a", "A", "second").unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(s.contains("second") && !s.contains("first") && s.contains("other"));
+        assert!(s.find("## A").unwrap() < s.find("## B").unwrap());
+    }
+
+    #[test]
+    fn date_is_well_formed() {
+        let d = today();
+        assert_eq!(d.len(), 10);
+        assert!(d.starts_with("20"));
+    }
+}
