@@ -1,1 +1,2 @@
 //! npu-runtime
+pub mod kernels;

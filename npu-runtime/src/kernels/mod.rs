@@ -1,0 +1,39 @@
+//! CPU compute kernels: quantized matrix-vector/matrix products with run-time
+//! ISA dispatch (AVX-512 VNNI, AVX2, portable), a persistent thread pool, and
+//! f32 vector helpers.
+//!
+//! Every kernel is batch-invariant: the result for one token is bit-identical
+//! whatever the batch size, the token's position in the batch, the thread count
+//! and the ISA. This makes speculative verification exactly lossless.
+
+mod ggml;
+pub mod matmul;
+pub mod pool;
+pub mod simd;
+pub mod vector;
+
+pub use ggml::GgmlType;
+pub use matmul::{matmul, matmul_reference, MatmulScratch, QMatrix};
+pub use pool::ThreadPool;
+pub use simd::{detected, Isa};
+pub use vector::{axpy, dot_f32, softmax_inplace};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KernelError {
+    #[error("{ty:?}: {cols} columns is not a multiple of the block size {block}")]
+    NotBlockMultiple {
+        ty: GgmlType,
+        cols: usize,
+        block: usize,
+    },
+    #[error("{ty:?} {rows}x{cols}: got {got} bytes, expected {expected}")]
+    SizeMismatch {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        got: usize,
+        expected: usize,
+    },
+    #[error("matrix shape {rows}x{cols} is empty or too large")]
+    BadShape { rows: usize, cols: usize },
+}
