@@ -1,0 +1,392 @@
+//! Masked multi-head attention over the KV cache (GQA), batch-invariant.
+//!
+//! A batch of new tokens has been written to KV slots `n_past..n_past + n`. New token `i`
+//! attends every committed slot `[0, n_past)` and the new slots of its ancestor set (itself
+//! included): all earlier tokens for a causal chunk, the tree path for verification.
+//!
+//! Batch invariance: a query's result depends only on the *sequence of key slots* it
+//! attends, visited in slot order, with a fixed reduction order (scores, then max, then
+//! exp-sum and V accumulation in that same order). A token computed inside a 128-token
+//! prefill chunk, one at a time, or as a tree node whose ancestors were later compacted
+//! to contiguous slots sees exactly the same key sequence, so it gets bit-identical output.
+
+use crate::error::{Result, RuntimeError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+/// Per-batch mask and positions, preplanned for up to `max_tokens` rows.
+pub struct BatchMask {
+    max_tokens: usize,
+    n_valid: usize,
+    /// `anc[i * max_tokens .. + anc_len[i]]`: batch indices visible to row i, ascending.
+    anc: Vec<u16>,
+    anc_len: Vec<usize>,
+    /// Depth-1 of each row (0 for children of the last committed token).
+    depth: Vec<usize>,
+}
+
+impl BatchMask {
+    pub fn new(max_tokens: usize) -> Self {
+        BatchMask {
+            max_tokens,
+            n_valid: 0,
+            anc: vec![0; max_tokens * max_tokens],
+            anc_len: vec![0; max_tokens],
+            depth: vec![0; max_tokens],
+        }
+    }
+
+    pub fn n_valid(&self) -> usize {
+        self.n_valid
+    }
+
+    /// Offset of row `i` from `n_past` in positions.
+    pub fn depth(&self, i: usize) -> usize {
+        self.depth[i]
+    }
+
+    /// Batch indices visible to row `i` (ascending, ending with `i`).
+    pub fn visible(&self, i: usize) -> &[u16] {
+        &self.anc[i * self.max_tokens..i * self.max_tokens + self.anc_len[i]]
+    }
+
+    /// Plain causal chunk of `n` tokens.
+    pub fn set_causal(&mut self, n: usize) -> Result<()> {
+        self.check_len(n)?;
+        self.n_valid = n;
+        for i in 0..n {
+            let row = &mut self.anc[i * self.max_tokens..];
+            for (j, a) in row.iter_mut().take(i + 1).enumerate() {
+                *a = j as u16;
+            }
+            self.anc_len[i] = i + 1;
+            self.depth[i] = i;
+        }
+        Ok(())
+    }
+
+    /// Tree batch: `parents[i] = -1` for children of the last committed token, else the
+    /// index (< i) of the parent in this batch.
+    pub fn set_tree(&mut self, parents: &[i32]) -> Result<()> {
+        let n = parents.len();
+        self.check_len(n)?;
+        for (i, &p) in parents.iter().enumerate() {
+            if p < -1 || p >= i as i32 {
+                return Err(RuntimeError::InvalidInput(format!(
+                    "parents[{i}] = {p}: must be -1 or an earlier batch index"
+                )));
+            }
+        }
+        self.n_valid = n;
+        let m = self.max_tokens;
+        for (i, &p) in parents.iter().enumerate() {
+            let len = if p < 0 {
+                self.depth[i] = 0;
+                0
+            } else {
+                let p = p as usize;
+                self.depth[i] = self.depth[p] + 1;
+                let plen = self.anc_len[p];
+                self.anc.copy_within(p * m..p * m + plen, i * m);
+                plen
+            };
+            self.anc[i * m + len] = i as u16;
+            self.anc_len[i] = len + 1;
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, n: usize) -> Result<()> {
+        if n == 0 || n > self.max_tokens {
+            return Err(RuntimeError::InvalidInput(format!(
+                "batch of {n} tokens: must be 1..={}",
+                self.max_tokens
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Geometry of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnDims {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+}
+
+/// Preplanned per-task scratch (scores for every KV slot + one output head).
+pub struct AttnScratch {
+    slots: Vec<Mutex<Vec<f32>>>,
+}
+
+impl AttnScratch {
+    pub fn new(n_tasks: usize, kv_capacity: usize, head_dim: usize) -> Self {
+        AttnScratch {
+            slots: (0..n_tasks.max(1))
+                .map(|_| Mutex::new(vec![0.0; kv_capacity + head_dim]))
+                .collect(),
+        }
+    }
+}
+
+/// Attention for the first `mask.n_valid()` rows of `q` (`[T][n_head * head_dim]`, RoPE
+/// applied). `k`/`v` hold slots `[0, n_past + n_valid)` of one layer. Output rows go to
+/// `out` (f32 bits in atomics so tasks can write disjoint rows without `unsafe`).
+/// `run` executes `n` tasks, possibly in parallel.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_past: usize,
+    mask: &BatchMask,
+    dims: AttnDims,
+    scratch: &AttnScratch,
+    out: &[AtomicU32],
+    run: &dyn Fn(usize, &(dyn Fn(usize) + Sync)),
+) {
+    let AttnDims {
+        n_head,
+        n_head_kv,
+        head_dim,
+    } = dims;
+    let n_items = mask.n_valid() * n_head;
+    let n_tasks = scratch.slots.len().min(n_items);
+    let group = n_head / n_head_kv;
+    let kv_dim = n_head_kv * head_dim;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let task = |t: usize| {
+        let mut guard = scratch.slots[t].lock().unwrap_or_else(|e| e.into_inner());
+        let split = guard.len() - head_dim;
+        let (scores, acc) = guard.split_at_mut(split);
+        let lo = n_items * t / n_tasks;
+        let hi = n_items * (t + 1) / n_tasks;
+        for item in lo..hi {
+            let (i, h) = (item / n_head, item % n_head);
+            let qh = &q[i * n_head * head_dim + h * head_dim..][..head_dim];
+            let kv_off = (h / group) * head_dim;
+            let visible = mask.visible(i);
+            let n_keys = n_past + visible.len();
+            let slot = |j: usize| {
+                if j < n_past {
+                    j
+                } else {
+                    n_past + visible[j - n_past] as usize
+                }
+            };
+            let mut max = f32::NEG_INFINITY;
+            for (j, s) in scores[..n_keys].iter_mut().enumerate() {
+                let kr = &k[slot(j) * kv_dim + kv_off..][..head_dim];
+                *s = dot(qh, kr) * scale;
+                max = max.max(*s);
+            }
+            acc.fill(0.0);
+            let mut sum = 0.0f32;
+            for (j, s) in scores[..n_keys].iter_mut().enumerate() {
+                let p = (*s - max).exp();
+                sum += p;
+                let vr = &v[slot(j) * kv_dim + kv_off..][..head_dim];
+                for (a, &x) in acc.iter_mut().zip(vr) {
+                    *a += p * x;
+                }
+            }
+            let inv = 1.0 / sum;
+            let o = &out[i * n_head * head_dim + h * head_dim..][..head_dim];
+            for (dst, &a) in o.iter().zip(acc.iter()) {
+                dst.store((a * inv).to_bits(), Ordering::Relaxed);
+            }
+        }
+    };
+    run(n_tasks, &task);
+}
+
+/// Dot product with a fixed 16-lane reduction order (vectorizable, deterministic).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let mut ca = a.chunks_exact(16);
+    let mut cb = b.chunks_exact(16);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..16 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        tail += x * y;
+    }
+    let mut s = 0.0f32;
+    for l in lanes {
+        s += l;
+    }
+    s + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serial(n: usize, f: &(dyn Fn(usize) + Sync)) {
+        (0..n).for_each(f)
+    }
+
+    fn rnd(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Plain two-pass f64 softmax attention for one query head over explicit key slots.
+    fn reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        slots: &[usize],
+        kv_off: usize,
+        kv_dim: usize,
+        hd: usize,
+    ) -> Vec<f32> {
+        let s: Vec<f64> = slots
+            .iter()
+            .map(|&j| {
+                (0..hd)
+                    .map(|d| q[d] as f64 * k[j * kv_dim + kv_off + d] as f64)
+                    .sum::<f64>()
+                    / (hd as f64).sqrt()
+            })
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let z: f64 = e.iter().sum();
+        (0..hd)
+            .map(|d| {
+                (slots
+                    .iter()
+                    .zip(&e)
+                    .map(|(&j, w)| w * v[j * kv_dim + kv_off + d] as f64)
+                    .sum::<f64>()
+                    / z) as f32
+            })
+            .collect()
+    }
+
+    fn run_attn(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        n_past: usize,
+        mask: &BatchMask,
+        dims: AttnDims,
+        tasks: usize,
+    ) -> Vec<f32> {
+        let n = mask.n_valid() * dims.n_head * dims.head_dim;
+        let out: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+        let scratch = AttnScratch::new(tasks, 256, dims.head_dim);
+        attention(q, k, v, n_past, mask, dims, &scratch, &out, &serial);
+        out.iter()
+            .map(|a| f32::from_bits(a.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    #[test]
+    fn tree_mask_matches_reference_and_is_batch_invariant() {
+        let dims = AttnDims {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 20,
+        };
+        let hd = dims.head_dim;
+        let kv_dim = dims.n_head_kv * hd;
+        let qd = dims.n_head * hd;
+        let mut seed = 7;
+        let n_past = 37;
+        let parents = [-1, 0, 0, 1, -1, 3, 2];
+        let n = parents.len();
+        let k = rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = rnd(&mut seed, (n_past + n) * kv_dim);
+        let q = rnd(&mut seed, n * qd);
+        let mut mask = BatchMask::new(8);
+        mask.set_tree(&parents).unwrap();
+        assert_eq!(mask.visible(5), &[0, 1, 3, 5]);
+        assert_eq!(mask.depth(5), 3);
+        assert_eq!(mask.visible(4), &[4]);
+        let got = run_attn(&q, &k, &v, n_past, &mask, dims, 3);
+        for i in 0..n {
+            let mut slots: Vec<usize> = (0..n_past).collect();
+            slots.extend(mask.visible(i).iter().map(|&j| n_past + j as usize));
+            for h in 0..dims.n_head {
+                let r = reference(
+                    &q[i * qd + h * hd..],
+                    &k,
+                    &v,
+                    &slots,
+                    (h / 2) * hd,
+                    kv_dim,
+                    hd,
+                );
+                for d in 0..hd {
+                    assert!((got[i * qd + h * hd + d] - r[d]).abs() < 1e-5);
+                }
+            }
+        }
+        // Node 5 alone, with its ancestors compacted into committed slots, must be bitwise equal.
+        let path = [0usize, 1, 3];
+        let mut k2 = k[..n_past * kv_dim].to_vec();
+        let mut v2 = v[..n_past * kv_dim].to_vec();
+        for &p in path.iter().chain([5usize].iter()) {
+            k2.extend_from_slice(&k[(n_past + p) * kv_dim..][..kv_dim]);
+            v2.extend_from_slice(&v[(n_past + p) * kv_dim..][..kv_dim]);
+        }
+        let mut m1 = BatchMask::new(1);
+        m1.set_causal(1).unwrap();
+        let single = run_attn(&q[5 * qd..6 * qd], &k2, &v2, n_past + 3, &m1, dims, 1);
+        assert_eq!(single, got[5 * qd..6 * qd].to_vec());
+    }
+
+    #[test]
+    fn causal_chunk_equals_token_by_token() {
+        let dims = AttnDims {
+            n_head: 3,
+            n_head_kv: 3,
+            head_dim: 16,
+        };
+        let kv_dim = 48;
+        let mut seed = 99;
+        let (n_past, n) = (5, 9);
+        let k = rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = rnd(&mut seed, (n_past + n) * kv_dim);
+        let q = rnd(&mut seed, n * kv_dim);
+        let mut mask = BatchMask::new(16);
+        mask.set_causal(n).unwrap();
+        let chunk = run_attn(&q, &k, &v, n_past, &mask, dims, 4);
+        let mut m1 = BatchMask::new(1);
+        m1.set_causal(1).unwrap();
+        for i in 0..n {
+            let one = run_attn(
+                &q[i * kv_dim..(i + 1) * kv_dim],
+                &k,
+                &v,
+                n_past + i,
+                &m1,
+                dims,
+                2,
+            );
+            assert_eq!(one, chunk[i * kv_dim..(i + 1) * kv_dim].to_vec());
+        }
+    }
+
+    #[test]
+    fn bad_parents_are_rejected() {
+        let mut m = BatchMask::new(4);
+        assert!(m.set_tree(&[0]).is_err());
+        assert!(m.set_tree(&[-1, 1]).is_err());
+        assert!(m.set_tree(&[-2]).is_err());
+        assert!(m.set_tree(&[-1; 5]).is_err());
+        assert!(m.set_tree(&[]).is_err());
+    }
+}

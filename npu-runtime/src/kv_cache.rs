@@ -1,0 +1,207 @@
+//! KV cache shared by every graph kind.
+//!
+//! Layout per layer: K and V as `[capacity][n_head_kv][head_dim]` f32, one slot per token
+//! position. Prefill graphs, decode graphs and tree verification all read and write this one
+//! layout, so switching a block between graph kinds needs no relayout (pitfall 8).
+//! f32 keeps cached values exactly what the producing graph computed, which the
+//! graph-equivalence and tree tests rely on; it costs `2 * n_layer * kv_dim * 4` bytes
+//! per slot.
+//!
+//! Slots `[0, n_past)` are committed. A forward pass writes its new tokens' rows into the
+//! scratch slots `n_past..n_past + n` without moving `n_past`; `commit` then keeps a chosen
+//! subset (a tree path) by moving those rows to contiguous slots.
+
+use crate::error::{Result, RuntimeError};
+
+pub struct KvCache {
+    n_layer: usize,
+    kv_dim: usize,
+    capacity: usize,
+    n_past: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl KvCache {
+    pub fn new(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> Self {
+        let kv_dim = n_head_kv * head_dim;
+        KvCache {
+            n_layer,
+            kv_dim,
+            capacity,
+            n_past: 0,
+            k: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+            v: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    pub fn n_layer(&self) -> usize {
+        self.n_layer
+    }
+
+    /// Floats per slot per layer for K (and for V).
+    pub fn kv_dim(&self) -> usize {
+        self.kv_dim
+    }
+
+    /// Bytes held by the cache.
+    pub fn bytes(&self) -> usize {
+        2 * self.n_layer * self.capacity * self.kv_dim * std::mem::size_of::<f32>()
+    }
+
+    /// Free slots after the committed prefix.
+    pub fn free(&self) -> usize {
+        self.capacity - self.n_past
+    }
+
+    /// Write one token's K and V rows of `layer` into `slot`.
+    pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
+        let d = self.kv_dim;
+        self.k[layer][slot * d..(slot + 1) * d].copy_from_slice(k);
+        self.v[layer][slot * d..(slot + 1) * d].copy_from_slice(v);
+    }
+
+    /// K and V of `layer`, slots `[0, n_slots)`.
+    pub fn layer(&self, layer: usize, n_slots: usize) -> (&[f32], &[f32]) {
+        let n = n_slots * self.kv_dim;
+        (&self.k[layer][..n], &self.v[layer][..n])
+    }
+
+    /// One slot's K row of a layer (tests and debugging).
+    pub fn k_row(&self, layer: usize, slot: usize) -> &[f32] {
+        &self.k[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim]
+    }
+
+    /// One slot's V row of a layer.
+    pub fn v_row(&self, layer: usize, slot: usize) -> &[f32] {
+        &self.v[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim]
+    }
+
+    /// Commit `n` scratch slots that are already in place (plain causal runs).
+    pub fn advance(&mut self, n: usize) -> Result<()> {
+        if n > self.free() {
+            return Err(RuntimeError::Capacity(format!(
+                "cannot commit {n} tokens: {} of {} KV slots used",
+                self.n_past, self.capacity
+            )));
+        }
+        self.n_past += n;
+        Ok(())
+    }
+
+    /// Keep the scratch rows `n_past + path[i]` as slots `n_past + i` and commit them.
+    /// `path` must be strictly increasing (a root-to-leaf path of a BFS/parent-before-child
+    /// ordered batch) and index rows written by the last forward (`< n_written`).
+    pub fn compact(&mut self, path: &[usize], n_written: usize) -> Result<()> {
+        for (i, &p) in path.iter().enumerate() {
+            if p >= n_written {
+                return Err(RuntimeError::InvalidInput(format!(
+                    "path index {p} outside the last batch of {n_written} tokens"
+                )));
+            }
+            if i > 0 && p <= path[i - 1] {
+                return Err(RuntimeError::InvalidInput(format!(
+                    "path must be strictly increasing (got {} then {p})",
+                    path[i - 1]
+                )));
+            }
+        }
+        if path.len() > self.free() {
+            return Err(RuntimeError::Capacity(
+                "path longer than free KV slots".into(),
+            ));
+        }
+        let d = self.kv_dim;
+        let base = self.n_past;
+        for layer in 0..self.n_layer {
+            for (i, &p) in path.iter().enumerate() {
+                // p >= i because the path is strictly increasing, so moving in ascending
+                // order never overwrites a row that is still to be moved.
+                if p != i {
+                    let src = (base + p) * d;
+                    let dst = (base + i) * d;
+                    self.k[layer].copy_within(src..src + d, dst);
+                    self.v[layer].copy_within(src..src + d, dst);
+                }
+            }
+        }
+        self.n_past += path.len();
+        Ok(())
+    }
+
+    /// Roll back to `n` committed tokens (`n <= n_past`).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n > self.n_past {
+            return Err(RuntimeError::InvalidInput(format!(
+                "cannot truncate to {n}: only {} tokens committed",
+                self.n_past
+            )));
+        }
+        self.n_past = n;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tag: f32, d: usize) -> Vec<f32> {
+        (0..d).map(|i| tag * 100.0 + i as f32).collect()
+    }
+
+    #[test]
+    fn compact_moves_path_rows_to_contiguous_slots() {
+        let d = 4;
+        let mut kv = KvCache::new(2, 2, 2, 16);
+        for s in 0..3 {
+            for l in 0..2 {
+                kv.write(l, s, &row(s as f32, d), &row(-(s as f32), d));
+            }
+        }
+        kv.advance(3).unwrap();
+        // batch of 6 scratch rows at slots 3..9
+        for j in 0..6 {
+            for l in 0..2 {
+                kv.write(
+                    l,
+                    3 + j,
+                    &row(10.0 + j as f32, d),
+                    &row(-10.0 - j as f32, d),
+                );
+            }
+        }
+        kv.compact(&[0, 2, 5], 6).unwrap();
+        assert_eq!(kv.n_past(), 6);
+        for l in 0..2 {
+            assert_eq!(kv.k_row(l, 2), row(2.0, d).as_slice());
+            assert_eq!(kv.k_row(l, 3), row(10.0, d).as_slice());
+            assert_eq!(kv.k_row(l, 4), row(12.0, d).as_slice());
+            assert_eq!(kv.k_row(l, 5), row(15.0, d).as_slice());
+            assert_eq!(kv.v_row(l, 5), row(-15.0, d).as_slice());
+        }
+    }
+
+    #[test]
+    fn bad_paths_and_rollback_are_errors_not_panics() {
+        let mut kv = KvCache::new(1, 1, 2, 4);
+        assert!(kv.compact(&[1, 0], 2).is_err());
+        assert!(kv.compact(&[0, 0], 2).is_err());
+        assert!(kv.compact(&[3], 2).is_err());
+        assert!(kv.advance(5).is_err());
+        kv.advance(3).unwrap();
+        assert!(kv.compact(&[0, 1], 2).is_err()); // only one free slot
+        assert!(kv.truncate(4).is_err());
+        kv.truncate(1).unwrap();
+        assert_eq!(kv.n_past(), 1);
+        assert_eq!(kv.free(), 3);
+    }
+}
