@@ -4,3 +4,4 @@ pub mod attention;
 pub mod error;
 pub mod kv_cache;
 pub mod ops;
+pub mod schedule;
