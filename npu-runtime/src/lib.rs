@@ -1,7 +1,8 @@
 //! npu-runtime
-pub mod kernels;
 pub mod attention;
+pub mod bert;
 pub mod error;
+pub mod kernels;
 pub mod kv_cache;
 pub mod ops;
 pub mod schedule;

@@ -1,0 +1,325 @@
+//! The encoder graph: embeddings, N transformer layers, mean pooling.
+
+use super::ops::{add_layer_norm, attend_row, gelu_in_place, mean_pool_normalize};
+use super::parallel::for_row_chunks;
+use super::weights::{self, BertWeights};
+use super::{BertConfig, BertError, PackedLinear};
+use std::path::Path;
+
+/// Register-tile height of [`PackedLinear`]; thread splits keep tiles whole.
+const ROW_ALIGN: usize = 4;
+/// Largest padded batch (`batch × longest sequence`) one call may run; bounds the workspace.
+pub const MAX_BATCH_TOKENS: usize = 65_536;
+
+/// A loaded BERT encoder. Immutable after loading, so one model can serve many threads, each
+/// with its own [`BertWorkspace`].
+pub struct BertModel {
+    cfg: BertConfig,
+    w: BertWeights,
+    threads: usize,
+}
+
+/// Every intermediate buffer of a forward pass, planned for a batch shape and reused across
+/// calls; it grows (once) only if a call exceeds the shape it was planned for.
+pub struct BertWorkspace {
+    rows_cap: usize,
+    hidden: Vec<f32>,
+    proj: Vec<f32>,
+    qkv: Vec<f32>,
+    ctx: Vec<f32>,
+    inter: Vec<f32>,
+    /// One attention-score row per thread.
+    scores: Vec<Vec<f32>>,
+    lens: Vec<usize>,
+    seq: usize,
+}
+
+impl BertWorkspace {
+    /// Padded length of the last batch.
+    pub fn seq_len(&self) -> usize {
+        self.seq
+    }
+
+    /// Real token count of each sequence of the last batch.
+    pub fn lengths(&self) -> &[usize] {
+        &self.lens
+    }
+
+    /// Last hidden state of the last batch, `[batch, seq_len, hidden]`; rows past a
+    /// sequence's length are padding and hold no meaning.
+    pub fn hidden_states(&self, hidden: usize) -> &[f32] {
+        &self.hidden[..self.lens.len() * self.seq * hidden]
+    }
+}
+
+impl BertModel {
+    /// Loads `config.json` and `model.safetensors` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self, BertError> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read(&path).map_err(|source| BertError::Io { path, source })
+        };
+        let config = read("config.json")?;
+        let config = std::str::from_utf8(&config)
+            .map_err(|_| BertError::Config("config.json is not UTF-8".into()))?;
+        Self::from_bytes(config, &read("model.safetensors")?)
+    }
+
+    /// Builds a model from `config.json` text and the bytes of a safetensors checkpoint.
+    pub fn from_bytes(config_json: &str, safetensors: &[u8]) -> Result<Self, BertError> {
+        let cfg = BertConfig::from_json(config_json)?;
+        let w = weights::load(&cfg, safetensors)?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(BertModel { cfg, w, threads })
+    }
+
+    pub fn config(&self) -> &BertConfig {
+        &self.cfg
+    }
+
+    /// Worker threads per forward pass (default: available parallelism).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// A workspace planned for batches of up to `batch` sequences of `seq` tokens.
+    pub fn workspace(&self, batch: usize, seq: usize) -> BertWorkspace {
+        let mut ws = BertWorkspace {
+            rows_cap: 0,
+            hidden: Vec::new(),
+            proj: Vec::new(),
+            qkv: Vec::new(),
+            ctx: Vec::new(),
+            inter: Vec::new(),
+            scores: Vec::new(),
+            lens: Vec::with_capacity(batch),
+            seq: 0,
+        };
+        self.plan(
+            &mut ws,
+            batch * seq.min(self.cfg.max_position_embeddings),
+            seq,
+        );
+        ws
+    }
+
+    fn plan(&self, ws: &mut BertWorkspace, rows: usize, seq: usize) {
+        let (h, i) = (self.cfg.hidden_size, self.cfg.intermediate_size);
+        if rows > ws.rows_cap {
+            ws.rows_cap = rows;
+            ws.hidden.resize(rows * h, 0.0);
+            ws.proj.resize(rows * h, 0.0);
+            ws.qkv.resize(rows * 3 * h, 0.0);
+            ws.ctx.resize(rows * h, 0.0);
+            ws.inter.resize(rows * i, 0.0);
+        }
+        ws.scores.resize_with(self.threads, Vec::new);
+        for s in &mut ws.scores {
+            if s.len() < seq {
+                s.resize(seq, 0.0);
+            }
+        }
+    }
+
+    /// Runs the encoder on a batch of token-id sequences (special tokens included). The last
+    /// hidden state is left in `ws` ([`BertWorkspace::hidden_states`]).
+    pub fn encode(&self, ws: &mut BertWorkspace, batch: &[&[u32]]) -> Result<(), BertError> {
+        let cfg = &self.cfg;
+        for (b, ids) in batch.iter().enumerate() {
+            if ids.is_empty() {
+                return Err(BertError::InvalidInput(format!("sequence {b} is empty")));
+            }
+            if ids.len() > cfg.max_position_embeddings {
+                return Err(BertError::InvalidInput(format!(
+                    "sequence {b} has {} tokens, the model's limit is {}",
+                    ids.len(),
+                    cfg.max_position_embeddings
+                )));
+            }
+            if let Some(&bad) = ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+                return Err(BertError::InvalidInput(format!(
+                    "sequence {b}: token id {bad} outside the vocabulary of {}",
+                    cfg.vocab_size
+                )));
+            }
+        }
+        let seq = batch.iter().map(|s| s.len()).max().unwrap_or(0);
+        let rows = batch.len() * seq;
+        if rows > MAX_BATCH_TOKENS {
+            return Err(BertError::InvalidInput(format!(
+                "padded batch of {} x {seq} tokens exceeds {MAX_BATCH_TOKENS}: split it",
+                batch.len()
+            )));
+        }
+        self.plan(ws, rows, seq);
+        ws.seq = seq;
+        ws.lens.clear();
+        ws.lens.extend(batch.iter().map(|s| s.len()));
+        if rows == 0 {
+            return Ok(());
+        }
+        self.embed_tokens(ws, batch, rows);
+        for layer in 0..cfg.num_hidden_layers {
+            self.layer(ws, layer, rows);
+        }
+        Ok(())
+    }
+
+    /// Mean-pooled, L2-normalised sentence embeddings (`[batch, hidden]` into `out`), the
+    /// sentence-transformers pipeline of all-MiniLM-L6-v2.
+    pub fn sentence_embeddings(
+        &self,
+        ws: &mut BertWorkspace,
+        batch: &[&[u32]],
+        out: &mut [f32],
+    ) -> Result<(), BertError> {
+        let h = self.cfg.hidden_size;
+        if out.len() != batch.len() * h {
+            return Err(BertError::InvalidInput(format!(
+                "output holds {} floats, batch needs {}",
+                out.len(),
+                batch.len() * h
+            )));
+        }
+        self.encode(ws, batch)?;
+        let seq = ws.seq;
+        for ((o, &len), b) in out.chunks_exact_mut(h).zip(&ws.lens).zip(0..) {
+            let rows = &ws.hidden[b * seq * h..(b * seq + len) * h];
+            mean_pool_normalize(rows, h, o);
+        }
+        Ok(())
+    }
+
+    fn embed_tokens(&self, ws: &mut BertWorkspace, batch: &[&[u32]], rows: usize) {
+        let h = self.cfg.hidden_size;
+        let eps = self.cfg.layer_norm_eps as f32;
+        let w = &self.w;
+        let seq = ws.seq;
+        let mut unit = vec![(); self.threads];
+        for_row_chunks(
+            &mut ws.hidden[..rows * h],
+            h,
+            1,
+            &mut unit,
+            |first, chunk, _| {
+                for (r, row) in chunk.chunks_exact_mut(h).enumerate() {
+                    let (b, t) = ((first + r) / seq, (first + r) % seq);
+                    let Some(&id) = batch[b].get(t) else {
+                        row.fill(0.0); // padding
+                        continue;
+                    };
+                    let word = &w.word[id as usize * h..][..h];
+                    let pos = &w.position[t * h..][..h];
+                    let ty = &w.token_type[..h];
+                    for (((o, a), p), y) in row.iter_mut().zip(word).zip(pos).zip(ty) {
+                        *o = a + p + y;
+                    }
+                    add_layer_norm(row, None, &w.emb_ln.0, &w.emb_ln.1, eps);
+                }
+            },
+        );
+    }
+
+    fn layer(&self, ws: &mut BertWorkspace, l: usize, rows: usize) {
+        let (h, i) = (self.cfg.hidden_size, self.cfg.intermediate_size);
+        let eps = self.cfg.layer_norm_eps as f32;
+        let lw = &self.w.layers[l];
+        let mut unit = vec![(); self.threads];
+
+        self.linear(
+            &lw.qkv,
+            &ws.hidden[..rows * h],
+            &mut ws.qkv[..rows * 3 * h],
+            &mut unit,
+            |_, _| {},
+        );
+        self.attention(ws, rows);
+        let hidden = &ws.hidden[..rows * h];
+        self.linear(
+            &lw.attn_out,
+            &ws.ctx[..rows * h],
+            &mut ws.proj[..rows * h],
+            &mut unit,
+            |first, out| {
+                for (r, row) in out.chunks_exact_mut(h).enumerate() {
+                    let res = &hidden[(first + r) * h..][..h];
+                    add_layer_norm(row, Some(res), &lw.attn_ln.0, &lw.attn_ln.1, eps);
+                }
+            },
+        );
+        std::mem::swap(&mut ws.hidden, &mut ws.proj);
+        self.linear(
+            &lw.intermediate,
+            &ws.hidden[..rows * h],
+            &mut ws.inter[..rows * i],
+            &mut unit,
+            |_, out| gelu_in_place(out),
+        );
+        let hidden = &ws.hidden[..rows * h];
+        self.linear(
+            &lw.output,
+            &ws.inter[..rows * i],
+            &mut ws.proj[..rows * h],
+            &mut unit,
+            |first, out| {
+                for (r, row) in out.chunks_exact_mut(h).enumerate() {
+                    let res = &hidden[(first + r) * h..][..h];
+                    add_layer_norm(row, Some(res), &lw.out_ln.0, &lw.out_ln.1, eps);
+                }
+            },
+        );
+        std::mem::swap(&mut ws.hidden, &mut ws.proj);
+    }
+
+    /// `y = lin(x)` split over threads by rows, then `epilogue(first_row, y_rows)` on each
+    /// thread's rows while they are still in cache.
+    fn linear(
+        &self,
+        lin: &PackedLinear,
+        x: &[f32],
+        y: &mut [f32],
+        unit: &mut [()],
+        epilogue: impl Fn(usize, &mut [f32]) + Sync,
+    ) {
+        let (n, k) = (lin.out_features(), lin.in_features());
+        for_row_chunks(y, n, ROW_ALIGN, unit, |first, out, _| {
+            let rows = out.len() / n;
+            lin.forward(&x[first * k..(first + rows) * k], out);
+            epilogue(first, out);
+        });
+    }
+
+    fn attention(&self, ws: &mut BertWorkspace, rows: usize) {
+        let h = self.cfg.hidden_size;
+        let hd = self.cfg.head_dim();
+        let seq = ws.seq;
+        let (qkv, lens) = (&ws.qkv[..rows * 3 * h], &ws.lens);
+        for_row_chunks(
+            &mut ws.ctx[..rows * h],
+            h,
+            1,
+            &mut ws.scores,
+            |first, chunk, scores| {
+                for (r, out) in chunk.chunks_exact_mut(h).enumerate() {
+                    let (b, t) = ((first + r) / seq, (first + r) % seq);
+                    let len = lens[b];
+                    if t >= len {
+                        out.fill(0.0); // padded query: never read
+                        continue;
+                    }
+                    let base = b * seq;
+                    let q = &qkv[(base + t) * 3 * h..][..h];
+                    let kv = (base..base + len).map(|j| {
+                        let row = &qkv[j * 3 * h..(j + 1) * 3 * h];
+                        (&row[h..2 * h], &row[2 * h..])
+                    });
+                    attend_row(q, kv, hd, scores, out);
+                }
+            },
+        );
+    }
+}

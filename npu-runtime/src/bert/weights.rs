@@ -1,0 +1,127 @@
+//! Reads a BERT checkpoint (`model.safetensors`) into f32 buffers, checking every tensor's
+//! presence, type and shape against the config before anything is sized from it.
+
+use super::{linear::PackedLinear, BertConfig, BertError};
+use safetensors::{Dtype, SafeTensors};
+
+pub(crate) struct LayerWeights {
+    /// Query, key and value projections fused into one `[3·hidden, hidden]` layer.
+    pub qkv: PackedLinear,
+    pub attn_out: PackedLinear,
+    pub attn_ln: (Vec<f32>, Vec<f32>),
+    pub intermediate: PackedLinear,
+    pub output: PackedLinear,
+    pub out_ln: (Vec<f32>, Vec<f32>),
+}
+
+pub(crate) struct BertWeights {
+    pub word: Vec<f32>,
+    pub position: Vec<f32>,
+    pub token_type: Vec<f32>,
+    pub emb_ln: (Vec<f32>, Vec<f32>),
+    pub layers: Vec<LayerWeights>,
+}
+
+struct Reader<'a> {
+    st: SafeTensors<'a>,
+    prefix: &'static str,
+}
+
+impl Reader<'_> {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, BertError> {
+        let full = format!("{}{name}", self.prefix);
+        let t = self
+            .st
+            .tensor(&full)
+            .map_err(|_| BertError::Weights(format!("tensor {full} missing")))?;
+        if t.shape() != shape {
+            return Err(BertError::Weights(format!(
+                "tensor {full} has shape {:?}, config implies {shape:?}",
+                t.shape()
+            )));
+        }
+        let data = t.data();
+        let out: Vec<f32> = match t.dtype() {
+            Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F16 => data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(BertError::Weights(format!(
+                    "tensor {full} has dtype {other:?}, expected F32, F16 or BF16"
+                )))
+            }
+        };
+        if out.len() != shape.iter().product::<usize>() {
+            return Err(BertError::Weights(format!(
+                "tensor {full} data has the wrong length"
+            )));
+        }
+        Ok(out)
+    }
+
+    fn linear(&self, name: &str, n: usize, k: usize) -> Result<PackedLinear, BertError> {
+        let w = self.get(&format!("{name}.weight"), &[n, k])?;
+        let b = self.get(&format!("{name}.bias"), &[n])?;
+        Ok(PackedLinear::new(&w, &b, n, k))
+    }
+
+    fn norm(&self, name: &str, n: usize) -> Result<(Vec<f32>, Vec<f32>), BertError> {
+        Ok((
+            self.get(&format!("{name}.weight"), &[n])?,
+            self.get(&format!("{name}.bias"), &[n])?,
+        ))
+    }
+}
+
+pub(crate) fn load(cfg: &BertConfig, bytes: &[u8]) -> Result<BertWeights, BertError> {
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| BertError::Weights(format!("not a valid safetensors file: {e}")))?;
+    // Task heads (BertForMaskedLM, ...) nest the encoder under "bert.".
+    let prefix = if st.tensor("bert.embeddings.word_embeddings.weight").is_ok() {
+        "bert."
+    } else {
+        ""
+    };
+    let r = Reader { st, prefix };
+    let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+    let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("encoder.layer.{l}.");
+        let mut w = Vec::with_capacity(3 * h * h);
+        let mut b = Vec::with_capacity(3 * h);
+        for part in ["query", "key", "value"] {
+            w.extend(r.get(&format!("{p}attention.self.{part}.weight"), &[h, h])?);
+            b.extend(r.get(&format!("{p}attention.self.{part}.bias"), &[h])?);
+        }
+        layers.push(LayerWeights {
+            qkv: PackedLinear::new(&w, &b, 3 * h, h),
+            attn_out: r.linear(&format!("{p}attention.output.dense"), h, h)?,
+            attn_ln: r.norm(&format!("{p}attention.output.LayerNorm"), h)?,
+            intermediate: r.linear(&format!("{p}intermediate.dense"), i, h)?,
+            output: r.linear(&format!("{p}output.dense"), h, i)?,
+            out_ln: r.norm(&format!("{p}output.LayerNorm"), h)?,
+        });
+    }
+    Ok(BertWeights {
+        word: r.get("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?,
+        position: r.get(
+            "embeddings.position_embeddings.weight",
+            &[cfg.max_position_embeddings, h],
+        )?,
+        token_type: r.get(
+            "embeddings.token_type_embeddings.weight",
+            &[cfg.type_vocab_size, h],
+        )?,
+        emb_ln: r.norm("embeddings.LayerNorm", h)?,
+        layers,
+    })
+}
