@@ -1,1 +1,21 @@
-//! corpus-tools
+//! corpus-tools: turn folders of user documents into chunks. Pure: it walks, parses and
+//! chunks, and stores nothing; deciding what changed is the indexer's job (`rag`).
+//!
+//! Flow: [`walk::walk`] lists files (respecting `.gitignore` and hidden files) ->
+//! [`load::read_file`] reads one under a size cap -> [`isolate::parse_isolated`] detects the
+//! kind and parses it on its own thread (panic- and time-limited) into [`ParsedDoc`]
+//! sections -> [`chunk::chunk_doc`] cuts token-bounded, overlapping chunks that keep their
+//! line range or page and heading path.
+
+pub mod chunk;
+pub mod detect;
+pub mod isolate;
+pub mod load;
+pub mod parse;
+pub mod tokens;
+pub mod walk;
+
+pub use chunk::{chunk_doc, ChunkOptions, ChunkSpec};
+pub use detect::{DocKind, SkipReason};
+pub use isolate::{parse_isolated, ParseLimits};
+pub use parse::{Line, ParsedDoc, Section};

@@ -1,0 +1,144 @@
+//! Running one parser in isolation: its own thread, `catch_unwind`, a time limit and a cap
+//! on the extracted text. A panicking, looping or exploding parser costs one skipped file,
+//! never the indexing run.
+
+use crate::detect::{classify, DocKind, SkipReason};
+use crate::parse::{parse_bytes, ParsedDoc};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ParseLimits {
+    /// Files larger than this are skipped unread.
+    pub max_file_bytes: u64,
+    /// Extracted text beyond this is an error (a small PDF can expand enormously).
+    pub max_text_bytes: usize,
+    /// Wall-clock limit per file; the parser thread is abandoned after it.
+    pub timeout: Duration,
+}
+
+impl Default for ParseLimits {
+    fn default() -> Self {
+        ParseLimits {
+            max_file_bytes: 20 << 20,
+            max_text_bytes: 20 << 20,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Detect the format of `bytes` (named `path`) and parse it in isolation.
+pub fn parse_isolated(
+    path: &Path,
+    bytes: Vec<u8>,
+    limits: &ParseLimits,
+) -> Result<ParsedDoc, SkipReason> {
+    let kind = classify(path, &bytes)?;
+    run_isolated(kind, bytes, limits, parse_bytes)
+}
+
+/// The isolation harness, generic over the parse function so tests can inject bad parsers.
+pub fn run_isolated(
+    kind: DocKind,
+    bytes: Vec<u8>,
+    limits: &ParseLimits,
+    parse: fn(DocKind, &[u8]) -> Result<ParsedDoc, String>,
+) -> Result<ParsedDoc, SkipReason> {
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("corpus-parse".into())
+        .stack_size(16 << 20)
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse(kind, &bytes)));
+            // The receiver may have given up (timeout); nothing to do then.
+            let _ = tx.send(r);
+        });
+    if spawned.is_err() {
+        return Err(SkipReason::ParseError);
+    }
+    let doc = match rx.recv_timeout(limits.timeout) {
+        Ok(Ok(Ok(doc))) => doc,
+        Ok(Ok(Err(_))) => return Err(SkipReason::ParseError),
+        Ok(Err(_)) => return Err(SkipReason::Panic),
+        Err(mpsc::RecvTimeoutError::Timeout) => return Err(SkipReason::Timeout),
+        Err(mpsc::RecvTimeoutError::Disconnected) => return Err(SkipReason::Panic),
+    };
+    let text_bytes: usize = doc
+        .sections
+        .iter()
+        .flat_map(|s| s.lines.iter())
+        .map(|l| l.text.len() + 1)
+        .sum();
+    if text_bytes > limits.max_text_bytes {
+        return Err(SkipReason::TooLarge);
+    }
+    if doc.is_empty() {
+        return Err(SkipReason::Empty);
+    }
+    Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn panics(_: DocKind, _: &[u8]) -> Result<ParsedDoc, String> {
+        panic!("parser bug")
+    }
+    fn loops(_: DocKind, _: &[u8]) -> Result<ParsedDoc, String> {
+        std::thread::sleep(Duration::from_secs(3600));
+        Err("unreachable".into())
+    }
+    fn fails(_: DocKind, _: &[u8]) -> Result<ParsedDoc, String> {
+        Err("corrupt".into())
+    }
+
+    #[test]
+    fn bad_parsers_become_skip_reasons() {
+        let limits = ParseLimits {
+            timeout: Duration::from_millis(200),
+            ..Default::default()
+        };
+        assert_eq!(
+            run_isolated(DocKind::Text, vec![], &limits, panics),
+            Err(SkipReason::Panic)
+        );
+        assert_eq!(
+            run_isolated(DocKind::Text, vec![], &limits, loops),
+            Err(SkipReason::Timeout)
+        );
+        assert_eq!(
+            run_isolated(DocKind::Text, vec![], &limits, fails),
+            Err(SkipReason::ParseError)
+        );
+    }
+
+    #[test]
+    fn text_cap_and_empty() {
+        let limits = ParseLimits {
+            max_text_bytes: 10,
+            ..Default::default()
+        };
+        let p = Path::new("a.txt");
+        assert_eq!(
+            parse_isolated(p, b"a long line of text".to_vec(), &limits),
+            Err(SkipReason::TooLarge)
+        );
+        assert_eq!(
+            parse_isolated(p, b"  \n\n".to_vec(), &limits),
+            Err(SkipReason::Empty)
+        );
+        assert!(parse_isolated(p, b"short".to_vec(), &limits).is_ok());
+    }
+
+    #[test]
+    fn corrupt_pdf_is_a_parse_error() {
+        let r = parse_isolated(
+            Path::new("x.pdf"),
+            b"%PDF-1.4 garbage garbage".to_vec(),
+            &ParseLimits::default(),
+        );
+        assert_eq!(r, Err(SkipReason::ParseError));
+    }
+}

@@ -1,0 +1,131 @@
+//! End-to-end over real files: walk a temp tree, parse each kind, chunk.
+
+use corpus_tools::walk::{walk, WalkOptions};
+use corpus_tools::{chunk_doc, parse_isolated, ChunkOptions, DocKind, ParseLimits, SkipReason};
+use std::fs;
+
+fn write_pdf(path: &std::path::Path, pages: &[&str]) {
+    use lopdf::content::{Content, Operation};
+    use lopdf::{dictionary, Document, Object, Stream};
+    let mut doc = Document::with_version("1.5");
+    let pages_id = doc.new_object_id();
+    let font_id = doc
+        .add_object(dictionary! {"Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Courier"});
+    let resources_id = doc.add_object(dictionary! {"Font" => dictionary! {"F1" => font_id}});
+    let mut kids = Vec::new();
+    for text in pages {
+        let content = Content {
+            operations: vec![
+                Operation::new("BT", vec![]),
+                Operation::new("Tf", vec!["F1".into(), 12.into()]),
+                Operation::new("Td", vec![50.into(), 700.into()]),
+                Operation::new("Tj", vec![Object::string_literal(*text)]),
+                Operation::new("ET", vec![]),
+            ],
+        };
+        let content_id = doc.add_object(Stream::new(dictionary! {}, content.encode().unwrap()));
+        let page_id = doc.add_object(dictionary! {
+            "Type" => "Page", "Parent" => pages_id, "Contents" => content_id,
+        });
+        kids.push(page_id.into());
+    }
+    let count = kids.len() as i64;
+    doc.objects.insert(
+        pages_id,
+        Object::Dictionary(dictionary! {
+            "Type" => "Pages", "Kids" => kids, "Count" => count,
+            "Resources" => resources_id, "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
+        }),
+    );
+    let catalog_id = doc.add_object(dictionary! {"Type" => "Catalog", "Pages" => pages_id});
+    doc.trailer.set("Root", catalog_id);
+    doc.save(path).unwrap();
+}
+
+#[test]
+fn walk_respects_gitignore_and_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join(".gitignore"), "ignored.txt\nbuild/\n").unwrap();
+    fs::write(d.join("keep.txt"), "keep").unwrap();
+    fs::write(d.join("ignored.txt"), "no").unwrap();
+    fs::create_dir(d.join("build")).unwrap();
+    fs::write(d.join("build/out.txt"), "no").unwrap();
+    fs::create_dir(d.join(".hidden")).unwrap();
+    fs::write(d.join(".hidden/secret.txt"), "no").unwrap();
+    fs::create_dir(d.join("sub")).unwrap();
+    fs::write(d.join("sub/deep.md"), "# yes").unwrap();
+    fs::create_dir(d.join("idx")).unwrap();
+    fs::write(d.join("idx/db"), "no").unwrap();
+    let opts = WalkOptions {
+        include_hidden: false,
+        exclude: vec![d.join("idx")],
+    };
+    let (files, errors) = walk(&[d.to_path_buf()], &opts);
+    assert!(errors.is_empty());
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.strip_prefix(d).unwrap().display().to_string())
+        .collect();
+    assert_eq!(names, vec!["keep.txt", "sub/deep.md"]);
+}
+
+#[test]
+fn pdf_pages_html_headings_and_binary_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let pdf = dir.path().join("doc.pdf");
+    write_pdf(
+        &pdf,
+        &[
+            "First page talks about otters",
+            "Second page talks about beavers",
+        ],
+    );
+    let limits = ParseLimits::default();
+    let doc = parse_isolated(&pdf, fs::read(&pdf).unwrap(), &limits).unwrap();
+    assert_eq!(doc.kind, DocKind::Pdf);
+    let chunks = chunk_doc(
+        &doc,
+        &ChunkOptions::default(),
+        &corpus_tools::tokens::estimate_tokens,
+    );
+    assert_eq!(chunks.len(), 2);
+    assert_eq!(chunks[1].page, Some(2));
+    assert!(chunks[1].text.contains("beavers"));
+
+    let html = b"<html><body><h1>Manual</h1><p>Intro.</p><h2>Setup</h2><p>Plug the <b>red</b> cable.</p></body></html>";
+    let doc = parse_isolated(std::path::Path::new("m.html"), html.to_vec(), &limits).unwrap();
+    let chunks = chunk_doc(
+        &doc,
+        &ChunkOptions::default(),
+        &corpus_tools::tokens::estimate_tokens,
+    );
+    let setup = chunks.iter().find(|c| c.text.contains("red")).unwrap();
+    assert_eq!(setup.heading.as_deref(), Some("Manual > Setup"));
+    assert_eq!(setup.lines, None);
+
+    let bin = vec![0u8, 1, 2, 3, 0, 0, 7];
+    assert_eq!(
+        parse_isolated(std::path::Path::new("blob"), bin, &limits),
+        Err(SkipReason::Binary)
+    );
+}
+
+#[test]
+fn oversized_file_is_skipped_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.txt");
+    fs::write(&p, "x".repeat(5000)).unwrap();
+    assert_eq!(
+        corpus_tools::load::read_file(&p, 1000),
+        Err(SkipReason::TooLarge)
+    );
+    assert_eq!(
+        corpus_tools::load::read_file(&p, 10_000).unwrap().len(),
+        5000
+    );
+    assert_eq!(
+        corpus_tools::load::read_file(&dir.path().join("missing"), 10),
+        Err(SkipReason::Unreadable)
+    );
+}
