@@ -2,8 +2,6 @@
 //! integer codes plus scales. This is the only place that knows the on-disk bit
 //! layouts; the repacker and the scalar reference both build on it.
 
-use half::f16;
-
 /// ggml tensor element types the kernels accept (variant names follow
 /// `graphs::quant::GgmlType`).
 #[allow(non_camel_case_types)]
@@ -54,10 +52,6 @@ impl GgmlType {
         }
         (n / self.block_size()).checked_mul(self.type_size())
     }
-}
-
-pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
 pub(crate) fn f16_bits_at(b: &[u8], i: usize) -> u16 {
@@ -178,44 +172,5 @@ fn q4k_scale_min(j: usize, q: &[u8]) -> (u8, u8) {
             (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
             (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
         )
-    }
-}
-
-impl Block32 {
-    /// Dequantize with the same float operations as ggml's reference code.
-    pub(crate) fn dequantize(&self, ty: GgmlType, y: &mut [f32]) {
-        let d = f16::from_bits(self.d).to_f32();
-        let m = f16::from_bits(self.m).to_f32();
-        match ty {
-            GgmlType::Q4_0 => y
-                .iter_mut()
-                .zip(self.codes)
-                .for_each(|(y, c)| *y = (c as i32 - 8) as f32 * d),
-            GgmlType::Q5_0 => y
-                .iter_mut()
-                .zip(self.codes)
-                .for_each(|(y, c)| *y = (c as i32 - 16) as f32 * d),
-            GgmlType::Q8_0 => y
-                .iter_mut()
-                .zip(self.codes)
-                .for_each(|(y, c)| *y = (c as i32 - 128) as f32 * d),
-            GgmlType::Q4_1 | GgmlType::Q5_1 => y
-                .iter_mut()
-                .zip(self.codes)
-                .for_each(|(y, c)| *y = c as f32 * d + m),
-            GgmlType::Q4K => {
-                let d1 = d * self.sc[0] as f32;
-                let m1 = m * self.sc[1] as f32;
-                y.iter_mut()
-                    .zip(self.codes)
-                    .for_each(|(y, c)| *y = d1 * c as f32 - m1)
-            }
-            GgmlType::Q6K => {
-                for (k, (y, c)) in y.iter_mut().zip(self.codes).enumerate() {
-                    *y = d * self.sc[k / 16] as f32 * (c as i32 - 32) as f32;
-                }
-            }
-            GgmlType::F32 | GgmlType::F16 => unreachable!("float types are not block-coded"),
-        }
     }
 }

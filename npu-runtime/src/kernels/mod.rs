@@ -6,14 +6,17 @@
 //! whatever the batch size, the token's position in the batch, the thread count
 //! and the ISA. This makes speculative verification exactly lossless.
 
+mod act;
 mod ggml;
+mod layout;
 pub mod matmul;
 pub mod pool;
+mod portable;
 pub mod simd;
 pub mod vector;
 
 pub use ggml::GgmlType;
-pub use matmul::{matmul, matmul_reference, MatmulScratch, QMatrix};
+pub use matmul::{matmul, matmul_reference, matmul_with_isa, MatmulScratch, QMatrix};
 pub use pool::ThreadPool;
 pub use simd::{detected, Isa};
 pub use vector::{axpy, dot_f32, softmax_inplace};

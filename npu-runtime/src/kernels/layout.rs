@@ -1,0 +1,270 @@
+//! The repacked weight layout the kernels read.
+//!
+//! Rows are grouped 16 at a time (the row count is padded with zero rows). A
+//! group stores, for each 32-column block, its codes interleaved so that one
+//! 64-byte vector holds 4 consecutive codes of each of the 16 rows: an int8
+//! dot-product instruction (`vpdpbusd`) with the token's 4 activations
+//! broadcast then yields the 16 rows' partial sums in 16 lanes, and no
+//! horizontal reduction is ever needed. Each group is three contiguous planes
+//! (all 64-byte aligned):
+//!
+//! * codes: 4/5/6-bit formats: per block 4 vectors; byte `4i+e` of vector `p`
+//!   = code(row i, col 4p+e) | code(row i, col 4(p+4)+e) << 4.
+//!   Q8_0: per block 8 vectors, byte `4i+e` of vector `c` = code(row i, col 4c+e).
+//! * high bits: Q5: per block 8 little-endian u64 masks, bit `4i+e` of mask `c`
+//!   = bit 4 of code(row i, col 4c+e). Q6_K: per block 2 vectors, byte `4i+e` of
+//!   vector `q` holds bits 4..6 of the code of chunk `4q+k` at bits `2k..2k+2`.
+//! * scales: Q4_0/Q5_0/Q8_0: per block d[16] (f16). Q4_1/Q5_1: per block d[16],
+//!   m[16] (f16). Q4_K: per super-block d[16], dmin[16] (f16), then per block
+//!   sc[16], mq[16] (u8). Q6_K: per super-block d[16] (f16) + 32 pad bytes, then
+//!   per block sc_lo[16], sc_hi[16] (i8).
+//!
+//! F32/F16: per column k, the 16 rows' values (64 / 32 bytes), no planes.
+//!
+//! Size versus GGUF: identical for the legacy formats and Q6_K; Q4_K grows by
+//! 1/72 (its 6-bit scales are unpacked to bytes); plus row padding to 16.
+
+use half::f16;
+
+use super::ggml::{decode_block, Block32, GgmlType};
+
+pub(crate) const GROUP: usize = 16;
+
+/// Byte sizes of one group's planes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Planes {
+    pub codes: usize,
+    pub high: usize,
+    pub scales: usize,
+}
+
+impl Planes {
+    pub fn new(ty: GgmlType, cols: usize) -> Planes {
+        let nb = cols / 32;
+        let nsb = cols / 256;
+        let (codes, high, scales) = match ty {
+            GgmlType::F32 => (cols * 64, 0, 0),
+            GgmlType::F16 => (cols * 32, 0, 0),
+            GgmlType::Q4_0 => (nb * 256, 0, nb * 32),
+            GgmlType::Q5_0 => (nb * 256, nb * 64, nb * 32),
+            GgmlType::Q4_1 => (nb * 256, 0, nb * 64),
+            GgmlType::Q5_1 => (nb * 256, nb * 64, nb * 64),
+            GgmlType::Q8_0 => (nb * 512, 0, nb * 32),
+            GgmlType::Q4K => (nb * 256, 0, nsb * 320),
+            GgmlType::Q6K => (nb * 256, nb * 128, nsb * 320),
+        };
+        Planes {
+            codes,
+            high,
+            scales: scales.next_multiple_of(64),
+        }
+    }
+
+    pub fn group_bytes(&self) -> usize {
+        self.codes + self.high + self.scales
+    }
+}
+
+/// The `zero` subtracted from codes in the canonical integer sum.
+pub(crate) fn zero_point(ty: GgmlType) -> i32 {
+    match ty {
+        GgmlType::Q4_0 => 8,
+        GgmlType::Q5_0 => 16,
+        GgmlType::Q8_0 => 128,
+        GgmlType::Q6K => 32,
+        _ => 0,
+    }
+}
+
+fn put_f16(dst: &mut [u8], i: usize, bits: u16) {
+    dst[2 * i..2 * i + 2].copy_from_slice(&bits.to_le_bytes());
+}
+
+/// Repack one group of up to 16 rows (`src_rows[i]` = ggml bytes of row i).
+pub(crate) fn pack_group(
+    ty: GgmlType,
+    cols: usize,
+    src_rows: &[&[u8]],
+    p: &Planes,
+    dst: &mut [u8],
+) {
+    let (codes, rest) = dst.split_at_mut(p.codes);
+    let (high, scales) = rest.split_at_mut(p.high);
+    match ty {
+        GgmlType::F32 | GgmlType::F16 => {
+            let es = if ty == GgmlType::F32 { 4 } else { 2 };
+            for (i, row) in src_rows.iter().enumerate() {
+                for k in 0..cols {
+                    let o = k * GROUP * es + i * es;
+                    codes[o..o + es].copy_from_slice(&row[k * es..(k + 1) * es]);
+                }
+            }
+            return;
+        }
+        _ => {}
+    }
+    let per = ty.block_size() / 32;
+    let mut blocks = [Block32::default(); 8];
+    for (i, row) in src_rows.iter().enumerate() {
+        for (sb, raw) in row.chunks_exact(ty.type_size()).enumerate() {
+            decode_block(ty, raw, &mut blocks[..per]);
+            for (j, blk) in blocks[..per].iter().enumerate() {
+                let b = sb * per + j;
+                put_codes(ty, b, i, &blk.codes, codes, high);
+                match ty {
+                    GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+                        put_f16(&mut scales[b * 32..], i, blk.d)
+                    }
+                    GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                        put_f16(&mut scales[b * 64..], i, blk.d);
+                        put_f16(&mut scales[b * 64 + 32..], i, blk.m);
+                    }
+                    GgmlType::Q4K | GgmlType::Q6K => {
+                        let s = &mut scales[sb * 320..(sb + 1) * 320];
+                        put_f16(s, i, blk.d);
+                        if ty == GgmlType::Q4K {
+                            put_f16(&mut s[32..], i, blk.m);
+                        }
+                        s[64 + j * 32 + i] = blk.sc[0] as u8;
+                        s[64 + j * 32 + 16 + i] = blk.sc[1] as u8;
+                    }
+                    GgmlType::F32 | GgmlType::F16 => unreachable!(),
+                }
+            }
+        }
+    }
+}
+
+fn put_codes(ty: GgmlType, b: usize, i: usize, c: &[u8; 32], codes: &mut [u8], high: &mut [u8]) {
+    match ty {
+        GgmlType::Q8_0 => {
+            let v = &mut codes[b * 512..(b + 1) * 512];
+            for (k, &code) in c.iter().enumerate() {
+                v[(k / 4) * 64 + 4 * i + k % 4] = code;
+            }
+        }
+        _ => {
+            let v = &mut codes[b * 256..(b + 1) * 256];
+            for p in 0..4 {
+                for e in 0..4 {
+                    let lo = c[4 * p + e] & 0xF;
+                    let hi = c[4 * (p + 4) + e] & 0xF;
+                    v[p * 64 + 4 * i + e] = lo | (hi << 4);
+                }
+            }
+            if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) {
+                let h = &mut high[b * 64..(b + 1) * 64];
+                for (k, &code) in c.iter().enumerate() {
+                    let bit = 4 * i + k % 4;
+                    h[(k / 4) * 8 + bit / 8] |= ((code >> 4) & 1) << (bit % 8);
+                }
+            } else if ty == GgmlType::Q6K {
+                let h = &mut high[b * 128..(b + 1) * 128];
+                for (k, &code) in c.iter().enumerate() {
+                    let (chunk, e) = (k / 4, k % 4);
+                    let (q, kk) = (chunk / 4, chunk % 4);
+                    h[q * 64 + 4 * i + e] |= ((code >> 4) & 3) << (2 * kk);
+                }
+            }
+        }
+    }
+}
+
+/// One decoded (16 rows x 32 columns) tile in canonical form; see `portable`.
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    pub codes: [[u8; 32]; GROUP],
+    /// Per-row weight scale of the block: d (legacy, Q6_K) or d·sc (Q4_K).
+    pub scale: [f32; GROUP],
+    /// Per-row additive term: m (Q4_1/Q5_1), −dmin·mq (Q4_K), else 0.
+    pub min: [f32; GROUP],
+    /// Q6_K sub-block scales (first / second 16 columns).
+    pub sub: [[i32; 2]; GROUP],
+}
+
+impl Default for Tile {
+    fn default() -> Self {
+        Tile {
+            codes: [[0; 32]; GROUP],
+            scale: [0.0; GROUP],
+            min: [0.0; GROUP],
+            sub: [[0; 2]; GROUP],
+        }
+    }
+}
+
+fn f16_get(s: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([s[2 * i], s[2 * i + 1]]).to_f32()
+}
+
+/// Decode block `b` of a group (quantized formats only).
+pub(crate) fn decode_tile(ty: GgmlType, p: &Planes, group: &[u8], b: usize, t: &mut Tile) {
+    let codes = &group[..p.codes];
+    let high = &group[p.codes..p.codes + p.high];
+    let scales = &group[p.codes + p.high..];
+    for i in 0..GROUP {
+        for k in 0..32 {
+            let (chunk, e) = (k / 4, k % 4);
+            let mut c = if ty == GgmlType::Q8_0 {
+                codes[b * 512 + chunk * 64 + 4 * i + e]
+            } else {
+                let byte = codes[b * 256 + (chunk % 4) * 64 + 4 * i + e];
+                if chunk < 4 {
+                    byte & 0xF
+                } else {
+                    byte >> 4
+                }
+            };
+            if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) {
+                let bit = 4 * i + e;
+                c |= ((high[b * 64 + chunk * 8 + bit / 8] >> (bit % 8)) & 1) << 4;
+            } else if ty == GgmlType::Q6K {
+                let byte = high[b * 128 + (chunk / 4) * 64 + 4 * i + e];
+                c |= ((byte >> (2 * (chunk % 4))) & 3) << 4;
+            }
+            t.codes[i][k] = c;
+        }
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+                t.scale[i] = f16_get(&scales[b * 32..], i);
+                t.min[i] = 0.0;
+            }
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                t.scale[i] = f16_get(&scales[b * 64..], i);
+                t.min[i] = f16_get(&scales[b * 64 + 32..], i);
+            }
+            GgmlType::Q4K => {
+                let s = &scales[(b / 8) * 320..];
+                let j = b % 8;
+                t.scale[i] = f16_get(s, i) * s[64 + j * 32 + i] as f32;
+                t.min[i] = -(f16_get(&s[32..], i) * s[64 + j * 32 + 16 + i] as f32);
+            }
+            GgmlType::Q6K => {
+                let s = &scales[(b / 8) * 320..];
+                let j = b % 8;
+                t.scale[i] = f16_get(s, i);
+                t.min[i] = 0.0;
+                t.sub[i] = [
+                    s[64 + j * 32 + i] as i8 as i32,
+                    s[64 + j * 32 + 16 + i] as i8 as i32,
+                ];
+            }
+            GgmlType::F32 | GgmlType::F16 => unreachable!(),
+        }
+    }
+}
+
+/// Dequantize row `i` of a decoded tile with ggml's float operations.
+pub(crate) fn dequantize_tile_row(ty: GgmlType, t: &Tile, i: usize, y: &mut [f32]) {
+    let (d, m) = (t.scale[i], t.min[i]);
+    let z = zero_point(ty);
+    for (k, y) in y.iter_mut().enumerate() {
+        let c = t.codes[i][k] as i32;
+        *y = match ty {
+            GgmlType::Q4_1 | GgmlType::Q5_1 => c as f32 * d + m,
+            GgmlType::Q4K => d * c as f32 + m,
+            GgmlType::Q6K => d * t.sub[i][k / 16] as f32 * (c - z) as f32,
+            _ => (c - z) as f32 * d,
+        };
+    }
+}
