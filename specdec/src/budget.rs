@@ -1,0 +1,271 @@
+//! Draft budget from the measured verify-cost curve.
+//!
+//! Every step the drafters build a candidate trie larger than any budget. Once the
+//! true continuation is known, the trie tells exactly how many tokens each budget
+//! (cut by rank) would have accepted, so acceptance for every budget is learned
+//! even while speculation is switched off — no exploration needed. The budget per
+//! step maximises (1 + expected accepted) / cost(budget); budget 1 is plain decoding,
+//! so in expectation a step is never slower than not speculating (pitfall 4).
+
+use crate::target::Target;
+use crate::tree::{DraftTree, FlatTree};
+use crate::SpecError;
+use std::time::Instant;
+
+/// Verify latency per batch size, measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostCurve {
+    /// Increasing batch sizes, starting at 1.
+    pub sizes: Vec<usize>,
+    /// Milliseconds per verify forward at each size.
+    pub ms: Vec<f64>,
+}
+
+/// Batch sizes profiled by default.
+pub const DEFAULT_SIZES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+impl CostCurve {
+    pub fn new(sizes: Vec<usize>, ms: Vec<f64>) -> Result<Self, SpecError> {
+        if sizes.is_empty() || sizes.len() != ms.len() || sizes[0] != 1 {
+            return Err(SpecError::Config(
+                "cost curve needs matching sizes/ms starting at batch 1".into(),
+            ));
+        }
+        if sizes.windows(2).any(|w| w[0] >= w[1]) || ms.iter().any(|m| m.is_nan() || *m <= 0.0) {
+            return Err(SpecError::Config(
+                "cost curve sizes must increase and costs be positive".into(),
+            ));
+        }
+        Ok(CostCurve { sizes, ms })
+    }
+
+    /// A curve where a batch of n costs `a + b*n` (for tests and mocks).
+    pub fn affine(a: f64, b: f64, sizes: &[usize]) -> Self {
+        CostCurve {
+            sizes: sizes.to_vec(),
+            ms: sizes.iter().map(|&n| a + b * n as f64).collect(),
+        }
+    }
+
+    /// Cost of a batch of n rows: linear between measured sizes, extrapolated
+    /// proportionally past the last one.
+    pub fn cost(&self, n: usize) -> f64 {
+        let n = n.max(1);
+        for i in 0..self.sizes.len() {
+            if self.sizes[i] == n {
+                return self.ms[i];
+            }
+            if self.sizes[i] > n {
+                let (s0, s1) = (self.sizes[i - 1] as f64, self.sizes[i] as f64);
+                let t = (n as f64 - s0) / (s1 - s0);
+                return self.ms[i - 1] + t * (self.ms[i] - self.ms[i - 1]);
+            }
+        }
+        let last = self.sizes.len() - 1;
+        self.ms[last] * n as f64 / self.sizes[last] as f64
+    }
+
+    /// Saturation length: the largest measured batch that costs at most 25% more
+    /// than a single-token step (the end of the "constant-cost" region).
+    pub fn saturation(&self) -> usize {
+        let base = self.ms[0];
+        let mut s = 1;
+        for (i, &n) in self.sizes.iter().enumerate() {
+            if self.ms[i] <= base * 1.25 {
+                s = n;
+            }
+        }
+        s
+    }
+
+    /// Measure the curve through the target: verify chains of the pending token
+    /// (nothing is committed). Median of `reps` runs per size after one warm-up.
+    pub fn profile<T: Target + ?Sized>(
+        target: &mut T,
+        pending: u32,
+        sizes: &[usize],
+        reps: usize,
+    ) -> Result<Self, SpecError> {
+        let max = target.max_batch().min(target.context_left());
+        let mut flat = FlatTree::default();
+        let mut argmax = Vec::new();
+        let mut out_sizes = Vec::new();
+        let mut out_ms = Vec::new();
+        for &n in sizes.iter().filter(|&&n| n >= 1 && n <= max) {
+            flat.tokens.clear();
+            flat.parents.clear();
+            flat.depths.clear();
+            flat.node_ids.clear();
+            flat.sources.clear();
+            for i in 0..n {
+                flat.tokens.push(pending);
+                flat.parents.push(i as i32 - 1);
+                flat.depths.push(i as u32);
+                flat.node_ids.push(i as u32);
+                flat.sources.push(0);
+            }
+            target.verify(&flat, &mut argmax)?;
+            let mut times = Vec::with_capacity(reps.max(1));
+            for _ in 0..reps.max(1) {
+                let t = Instant::now();
+                target.verify(&flat, &mut argmax)?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            times.sort_by(f64::total_cmp);
+            out_sizes.push(n);
+            out_ms.push(times[times.len() / 2].max(1e-6));
+        }
+        // Costs must not decrease with size for the model to make sense: noise can
+        // make a larger batch look cheaper; take the running maximum.
+        for i in 1..out_ms.len() {
+            if out_ms[i] < out_ms[i - 1] {
+                out_ms[i] = out_ms[i - 1];
+            }
+        }
+        CostCurve::new(out_sizes, out_ms)
+    }
+}
+
+/// Number of confidence buckets (bucket 0: no drafts at all).
+pub const BUCKETS: usize = 7;
+
+/// Confidence bucket of a ranked trie: from the score of its best draft node.
+pub fn bucket_of(tree: &DraftTree) -> usize {
+    if tree.len() <= 1 {
+        return 0;
+    }
+    let s = tree.score_at_rank(1).clamp(0.0, 0.999);
+    1 + ((s * (BUCKETS - 1) as f32) as usize).min(BUCKETS - 2)
+}
+
+/// Learns accepted-tokens-per-budget per confidence bucket and picks budgets.
+#[derive(Clone, Debug)]
+pub struct BudgetController {
+    curve: CostCurve,
+    /// Candidate budgets (the curve's sizes up to the cap).
+    sizes: Vec<usize>,
+    sum_acc: Vec<Vec<f64>>,
+    count: Vec<f64>,
+    /// Pseudo-observations of "nothing accepted": speculation starts off and
+    /// turns on once the evidence says it pays.
+    prior_weight: f64,
+    /// Exponential forgetting so the estimate follows the current text.
+    decay: f64,
+}
+
+impl BudgetController {
+    pub fn new(curve: CostCurve, max_budget: usize) -> Self {
+        let mut sizes: Vec<usize> = curve
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&s| s <= max_budget.max(1))
+            .collect();
+        if sizes.is_empty() {
+            sizes.push(1);
+        }
+        let n = sizes.len();
+        BudgetController {
+            curve,
+            sizes,
+            sum_acc: vec![vec![0.0; n]; BUCKETS],
+            count: vec![0.0; BUCKETS],
+            prior_weight: 1.0,
+            decay: 0.98,
+        }
+    }
+
+    pub fn curve(&self) -> &CostCurve {
+        &self.curve
+    }
+
+    pub fn max_budget(&self) -> usize {
+        *self.sizes.last().unwrap_or(&1)
+    }
+
+    /// Record one evaluated step: `ranks` are the trie ranks along the path the
+    /// true output follows (increasing).
+    pub fn observe(&mut self, bucket: usize, ranks: &[u32]) {
+        let b = bucket.min(BUCKETS - 1);
+        self.count[b] = self.count[b] * self.decay + 1.0;
+        for (j, &s) in self.sizes.iter().enumerate() {
+            let acc = ranks.iter().take_while(|&&r| (r as usize) < s).count();
+            self.sum_acc[b][j] = self.sum_acc[b][j] * self.decay + acc as f64;
+        }
+    }
+
+    /// Expected accepted draft tokens at candidate budget index j in bucket b.
+    pub fn expected_accepted(&self, b: usize, j: usize) -> f64 {
+        self.sum_acc[b][j] / (self.count[b] + self.prior_weight)
+    }
+
+    /// Budget for a step: maximise expected emitted tokens per verify millisecond.
+    pub fn choose(&self, bucket: usize, tree_len: usize) -> usize {
+        if bucket == 0 || tree_len <= 1 {
+            return 1;
+        }
+        let b = bucket.min(BUCKETS - 1);
+        let mut best = (1.0 / self.curve.cost(1), 1usize);
+        for (j, &s) in self.sizes.iter().enumerate().skip(1) {
+            let rows = s.min(tree_len);
+            let rate = (1.0 + self.expected_accepted(b, j)) / self.curve.cost(rows);
+            if rate > best.0 * 1.0001 {
+                best = (rate, rows);
+            }
+            if s >= tree_len {
+                break;
+            }
+        }
+        best.1
+    }
+
+    /// The budget each bucket would get with a full trie (for reports).
+    pub fn budgets_by_bucket(&self) -> Vec<usize> {
+        (0..BUCKETS).map(|b| self.choose(b, usize::MAX)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_interpolates_and_saturates() {
+        let c = CostCurve::new(vec![1, 2, 4, 8], vec![10.0, 10.0, 11.0, 20.0]).unwrap();
+        assert_eq!(c.cost(3), 10.5);
+        assert_eq!(c.cost(16), 40.0);
+        assert_eq!(c.saturation(), 4);
+        assert!(CostCurve::new(vec![2], vec![1.0]).is_err());
+        assert!(CostCurve::new(vec![1, 1], vec![1.0, 1.0]).is_err());
+        assert!(CostCurve::new(vec![1], vec![f64::NAN]).is_err());
+    }
+
+    #[test]
+    fn no_evidence_means_no_speculation() {
+        let ctl = BudgetController::new(CostCurve::affine(10.0, 0.1, &DEFAULT_SIZES), 64);
+        assert_eq!(ctl.choose(3, 64), 1);
+    }
+
+    #[test]
+    fn flat_curve_and_good_drafts_pick_large_budget() {
+        let mut ctl = BudgetController::new(CostCurve::affine(10.0, 0.01, &DEFAULT_SIZES), 64);
+        for _ in 0..50 {
+            ctl.observe(5, &[1, 3, 6, 10, 20]);
+        }
+        assert!(ctl.choose(5, 64) >= 32);
+        // Tree smaller than the budget: the whole tree.
+        assert_eq!(ctl.choose(5, 9), 9);
+    }
+
+    #[test]
+    fn linear_curve_and_poor_drafts_stay_at_one() {
+        // Each row costs as much as a whole step: drafts must be accepted almost
+        // always to pay; a 10% first-token acceptance never does.
+        let mut ctl = BudgetController::new(CostCurve::affine(0.0, 10.0, &DEFAULT_SIZES), 64);
+        for i in 0..100 {
+            let ranks: &[u32] = if i % 10 == 0 { &[1] } else { &[] };
+            ctl.observe(2, ranks);
+        }
+        assert_eq!(ctl.choose(2, 64), 1);
+    }
+}

@@ -1,0 +1,209 @@
+//! In-context distribution calibration (BRIEF 4.2).
+//!
+//! Prefill already computes the model's next-token distribution after every
+//! prompt position. We keep only the top-k successors per position (never full
+//! logits) as calibrated anchors `<context token, model-preferred successor>`.
+//! Drafting from a matched prompt position then follows the model's own
+//! predictions instead of the raw text: sample the preferred successors there,
+//! search an occurrence of each in the context, and expand from that occurrence's
+//! own successors, recursively (depth-first).
+
+use crate::target::PrefillOut;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, Default)]
+pub struct Calibration {
+    k: usize,
+    prompt: Vec<u32>,
+    ids: Vec<u32>,
+    /// Probability of each successor within its row's top-k (softmax over the
+    /// kept logits: an upper bound of the true probability, used as confidence).
+    probs: Vec<f32>,
+    /// Positions of every token in the prompt, ascending.
+    occ: HashMap<u32, Vec<u32>>,
+}
+
+/// One calibrated chain: tokens and the top-k probability of each.
+pub type ChainSink<'a> = dyn FnMut(&[u32], &[f32]) + 'a;
+
+impl Calibration {
+    pub fn clear(&mut self) {
+        self.k = 0;
+        self.prompt.clear();
+        self.ids.clear();
+        self.probs.clear();
+        self.occ.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.k == 0 || self.prompt.is_empty()
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.prompt.len()
+    }
+
+    /// Build from the prompt and the prefill's per-position top-k. Rows that are
+    /// missing or malformed leave calibration off rather than guessing.
+    pub fn build(&mut self, prompt: &[u32], pre: &PrefillOut) {
+        self.clear();
+        let k = pre.k;
+        if k == 0
+            || pre.topk_ids.len() != prompt.len() * k
+            || pre.topk_logits.len() != pre.topk_ids.len()
+        {
+            return;
+        }
+        self.k = k;
+        self.prompt.extend_from_slice(prompt);
+        self.ids.extend_from_slice(&pre.topk_ids);
+        self.probs.reserve(pre.topk_logits.len());
+        for row in pre.topk_logits.chunks(k) {
+            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f32 = row.iter().map(|&l| (l - m).exp()).sum();
+            for &l in row {
+                let p = (l - m).exp() / z;
+                self.probs.push(if p.is_finite() { p } else { 0.0 });
+            }
+        }
+        for (i, &t) in prompt.iter().enumerate() {
+            self.occ.entry(t).or_default().push(i as u32);
+        }
+    }
+
+    /// Model-preferred successors after prompt position `pos`.
+    pub fn successors(&self, pos: usize) -> (&[u32], &[f32]) {
+        let r = pos * self.k..(pos + 1) * self.k;
+        (&self.ids[r.clone()], &self.probs[r])
+    }
+
+    /// Search: where does the model-preferred token `tok`, predicted after
+    /// position `from`, continue in the context? The next text position when it
+    /// agrees with the text, else an occurrence preceded by the same token, else
+    /// the first occurrence after `from`, else the first occurrence.
+    fn locate(&self, tok: u32, from: usize) -> Option<usize> {
+        if self.prompt.get(from + 1) == Some(&tok) {
+            return Some(from + 1);
+        }
+        let occ = self.occ.get(&tok)?;
+        let prev = self.prompt[from];
+        let bigram = occ
+            .iter()
+            .take(256)
+            .find(|&&q| q > 0 && self.prompt[q as usize - 1] == prev);
+        let q = bigram
+            .or_else(|| occ.iter().find(|&&q| q as usize > from))
+            .or(occ.first())?;
+        Some(*q as usize)
+    }
+
+    /// Calibrated token tree after prompt position `pos`, emitted as root-to-leaf
+    /// chains: `branch[d]` alternatives at depth d (1 beyond the listed depths),
+    /// at most `depth` tokens per chain.
+    pub fn chains(&self, pos: usize, branch: &[usize], depth: usize, sink: &mut ChainSink<'_>) {
+        if self.is_empty() || pos >= self.prompt.len() || depth == 0 {
+            return;
+        }
+        let mut toks = Vec::with_capacity(depth);
+        let mut probs = Vec::with_capacity(depth);
+        self.dfs(pos, branch, depth, &mut toks, &mut probs, sink);
+    }
+
+    fn dfs(
+        &self,
+        pos: usize,
+        branch: &[usize],
+        depth: usize,
+        toks: &mut Vec<u32>,
+        probs: &mut Vec<f32>,
+        sink: &mut ChainSink<'_>,
+    ) {
+        let d = toks.len();
+        let width = branch.get(d).copied().unwrap_or(1).clamp(1, self.k);
+        let (ids, ps) = self.successors(pos);
+        let mut expanded = false;
+        for j in 0..width {
+            let (t, p) = (ids[j], ps[j]);
+            // Alternatives far below the best are not worth a branch.
+            if j > 0 && p < 0.1 {
+                break;
+            }
+            toks.push(t);
+            probs.push(p);
+            expanded = true;
+            match self.locate(t, pos) {
+                Some(q) if toks.len() < depth => self.dfs(q, branch, depth, toks, probs, sink),
+                _ => sink(toks, probs),
+            }
+            toks.pop();
+            probs.pop();
+        }
+        if !expanded && d > 0 {
+            sink(toks, probs);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pre(prompt_len: usize, k: usize, f: impl Fn(usize) -> Vec<u32>) -> PrefillOut {
+        let mut p = PrefillOut {
+            next: 0,
+            k,
+            ..Default::default()
+        };
+        for i in 0..prompt_len {
+            let row = f(i);
+            assert_eq!(row.len(), k);
+            p.topk_ids.extend(row);
+            p.topk_logits.extend((0..k).map(|j| 5.0 - 2.0 * j as f32));
+        }
+        p
+    }
+
+    #[test]
+    fn follows_model_preference_and_jumps_to_occurrence() {
+        // Paper example with ids: prompt "Clinton 's security detail has arrived at Des Moines ."
+        // The model after "Clinton" prefers "arrived"; "arrived" occurs at 5, whose
+        // own top-1 is "at", then "Des", "Moines".
+        let prompt = [1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        let p = pre(prompt.len(), 2, |i| match i {
+            0 => vec![6, 2],  // after Clinton: arrived, 's
+            5 => vec![7, 11], // after arrived: at, in
+            6 => vec![8, 12],
+            7 => vec![9, 13],
+            8 => vec![10, 14],
+            _ => vec![prompt.get(i + 1).copied().unwrap_or(0), 99],
+        });
+        let mut c = Calibration::default();
+        c.build(&prompt, &p);
+        let mut chains = Vec::new();
+        c.chains(0, &[1], 4, &mut |t, _| chains.push(t.to_vec()));
+        assert_eq!(chains, vec![vec![6, 7, 8, 9]]);
+        // Two branches at the root: also the raw-text successor "'s".
+        chains.clear();
+        c.chains(0, &[2], 3, &mut |t, _| chains.push(t.to_vec()));
+        assert_eq!(chains, vec![vec![6, 7, 8], vec![2, 3, 4]]);
+    }
+
+    #[test]
+    fn unknown_token_ends_chain_and_bad_input_disables() {
+        let prompt = [1u32, 2, 3];
+        let p = pre(3, 1, |i| vec![[50, 3, 1][i]]);
+        let mut c = Calibration::default();
+        c.build(&prompt, &p);
+        let mut chains = Vec::new();
+        c.chains(0, &[1], 5, &mut |t, _| chains.push(t.to_vec()));
+        assert_eq!(chains, vec![vec![50]]); // 50 never occurs: stop after it
+                                            // Row count mismatch: calibration stays off.
+        let mut bad = p.clone();
+        bad.topk_ids.pop();
+        c.build(&prompt, &bad);
+        assert!(c.is_empty());
+        chains.clear();
+        c.chains(0, &[1], 5, &mut |t, _| chains.push(t.to_vec()));
+        assert!(chains.is_empty());
+    }
+}

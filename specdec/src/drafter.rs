@@ -1,0 +1,350 @@
+//! Draft sources behind one trait, and the drafting modes compared by the benchmark.
+
+use crate::calibration::Calibration;
+use crate::extension::ExtensionStore;
+use crate::pld::{pld_lookup, PLD_MAX_NGRAM, PLD_NUM_PRED};
+use crate::sam::{MatchState, SuffixAutomaton};
+use crate::target::PrefillOut;
+use crate::tree::{DraftTree, FlatTree, SRC_CALIB, SRC_DB, SRC_EXT, SRC_PLD, SRC_SELF};
+use crate::SpecError;
+use std::sync::Arc;
+
+/// Drafting mode. `SamCal` and `SamExt` exist for the ablation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    None,
+    Pld,
+    Sam,
+    SamCal,
+    SamExt,
+    Sdnpu,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 6] = [
+        Mode::None,
+        Mode::Pld,
+        Mode::Sam,
+        Mode::SamCal,
+        Mode::SamExt,
+        Mode::Sdnpu,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Pld => "pld",
+            Mode::Sam => "sam",
+            Mode::SamCal => "sam+cal",
+            Mode::SamExt => "sam+ext",
+            Mode::Sdnpu => "sdnpu",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Mode, SpecError> {
+        Mode::ALL
+            .iter()
+            .copied()
+            .find(|m| m.name() == s.trim())
+            .ok_or_else(|| {
+                SpecError::Config(format!(
+                    "unknown speculation mode '{s}' (expected none, pld, sam, sam+cal, sam+ext, sdnpu)"
+                ))
+            })
+    }
+
+    fn calibration(self) -> bool {
+        matches!(self, Mode::SamCal | Mode::Sdnpu)
+    }
+
+    fn extension(self) -> bool {
+        matches!(self, Mode::SamExt | Mode::Sdnpu)
+    }
+}
+
+/// What the last verification revealed, for drafters that learn from rejections.
+pub struct Feedback<'a> {
+    pub flat: &'a FlatTree,
+    pub argmax: &'a [u32],
+    pub path: &'a [usize],
+    pub step: u64,
+}
+
+/// A draft source.
+pub trait Drafter {
+    /// Top-k successors per prompt position this drafter wants from prefill.
+    fn prefill_topk(&self) -> usize {
+        0
+    }
+    /// New generation: the prompt and what prefill computed.
+    fn begin(&mut self, prompt: &[u32], pre: &PrefillOut);
+    /// Add candidates below the root of `tree` (the last token of `ctx`).
+    /// `ctx` is the prompt followed by every emitted token.
+    fn draft(&mut self, ctx: &[u32], tree: &mut DraftTree, step: u64);
+    /// Tokens just appended to the context, with the verification that produced them
+    /// (None for the token produced by prefill).
+    fn observe(&mut self, emitted: &[u32], fb: Option<&Feedback<'_>>);
+}
+
+/// Plain decoding: no drafts.
+#[derive(Default)]
+pub struct NoDrafter;
+
+impl Drafter for NoDrafter {
+    fn begin(&mut self, _: &[u32], _: &PrefillOut) {}
+    fn draft(&mut self, _: &[u32], _: &mut DraftTree, _: u64) {}
+    fn observe(&mut self, _: &[u32], _: Option<&Feedback<'_>>) {}
+}
+
+/// Prompt lookup decoding over the whole context (prompt + output).
+#[derive(Default)]
+pub struct PldDrafter;
+
+impl Drafter for PldDrafter {
+    fn begin(&mut self, _: &[u32], _: &PrefillOut) {}
+    fn draft(&mut self, ctx: &[u32], tree: &mut DraftTree, _: u64) {
+        if let Some((n, cont)) = pld_lookup(ctx, PLD_MAX_NGRAM, PLD_NUM_PRED) {
+            let base = if n >= 2 { 0.5 } else { 0.3 };
+            tree.insert(cont, |d| base * 0.9f32.powi(d as i32), SRC_PLD);
+        }
+    }
+    fn observe(&mut self, _: &[u32], _: Option<&Feedback<'_>>) {}
+}
+
+/// Prior probability that the first token after a suffix match of length `len`
+/// is accepted (longer matches predict better; SAM-Decoding's threshold is 5).
+pub fn match_confidence(len: usize) -> f32 {
+    match len {
+        0 => 0.0,
+        1 => 0.2,
+        2 => 0.35,
+        3 => 0.45,
+        4 => 0.55,
+        5..=7 => 0.65,
+        8..=15 => 0.75,
+        _ => 0.85,
+    }
+}
+
+/// Knobs of the suffix-automaton drafter.
+#[derive(Clone, Debug)]
+pub struct SamConfig {
+    pub calibration: bool,
+    pub extension: bool,
+    /// Matches along the suffix-link chain drafted per automaton.
+    pub self_branches: usize,
+    pub db_branches: usize,
+    /// Calibrated-tree branching per depth (then 1).
+    pub calib_branch: Vec<usize>,
+    /// Reused segments live this many steps (at least one).
+    pub ext_lifetime: u64,
+    pub ext_min_len: usize,
+    pub ext_max_total: usize,
+}
+
+impl SamConfig {
+    pub fn for_mode(mode: Mode) -> Self {
+        SamConfig {
+            calibration: mode.calibration(),
+            extension: mode.extension(),
+            self_branches: 3,
+            db_branches: 2,
+            calib_branch: vec![2, 2],
+            ext_lifetime: 4,
+            ext_min_len: 2,
+            ext_max_total: 32,
+        }
+    }
+}
+
+/// SAM-Decoding drafter (self automaton + database automaton), optionally with
+/// prefill calibration and rejected-token extension (= sd.npu's drafter).
+pub struct SamDrafter {
+    cfg: SamConfig,
+    own: SuffixAutomaton,
+    db: Option<Arc<SuffixAutomaton>>,
+    db_match: MatchState,
+    calib: Calibration,
+    ext: ExtensionStore,
+    prompt_len: usize,
+    chain: Vec<(usize, usize)>,
+    found: Vec<usize>,
+    run: Vec<u32>,
+}
+
+impl SamDrafter {
+    pub fn new(cfg: SamConfig, db: Option<Arc<SuffixAutomaton>>) -> Self {
+        let ext = ExtensionStore::new(cfg.ext_lifetime, cfg.ext_min_len, cfg.ext_max_total);
+        SamDrafter {
+            cfg,
+            own: SuffixAutomaton::new(),
+            db,
+            db_match: MatchState::default(),
+            calib: Calibration::default(),
+            ext,
+            prompt_len: 0,
+            chain: Vec::new(),
+            found: Vec::new(),
+            run: Vec::new(),
+        }
+    }
+
+    /// Eq. 3 over a verified tree: the longest run of rejected rows on which the
+    /// draft equalled the model's argmax, kept with the token before it as anchor.
+    fn harvest_rejected(&mut self, fb: &Feedback<'_>) {
+        let n = fb.flat.len();
+        self.run.clear();
+        self.run.resize(n, 0);
+        let mut on_path = [false; 256];
+        let mut on_path_big = Vec::new();
+        let mark: &mut [bool] = if n <= 256 {
+            &mut on_path[..n]
+        } else {
+            on_path_big.resize(n, false);
+            &mut on_path_big
+        };
+        for &r in fb.path {
+            mark[r] = true;
+        }
+        let mut best = 0usize;
+        for r in 1..n {
+            let p = fb.flat.parents[r];
+            if p < 0 || mark[r] {
+                continue;
+            }
+            let p = p as usize;
+            if fb.flat.tokens[r] == fb.argmax[p] {
+                self.run[r] = if mark[p] { 1 } else { self.run[p] + 1 };
+                if self.run[r] > self.run[best] {
+                    best = r;
+                }
+            }
+        }
+        let len = self.run[best] as usize;
+        if len < self.cfg.ext_min_len {
+            return;
+        }
+        let mut seg = vec![0u32; len];
+        let mut r = best;
+        for i in (0..len).rev() {
+            seg[i] = fb.flat.tokens[r];
+            r = fb.flat.parents[r] as usize;
+        }
+        let anchor = fb.flat.tokens[r];
+        self.ext.keep(anchor, &seg, fb.step);
+    }
+}
+
+impl Drafter for SamDrafter {
+    fn prefill_topk(&self) -> usize {
+        if self.cfg.calibration {
+            4
+        } else {
+            0
+        }
+    }
+
+    fn begin(&mut self, prompt: &[u32], pre: &PrefillOut) {
+        self.own.clear();
+        self.own.extend(prompt);
+        self.prompt_len = prompt.len();
+        self.db_match = match &self.db {
+            Some(db) => db.match_query(prompt),
+            None => MatchState::default(),
+        };
+        if self.cfg.calibration {
+            self.calib.build(prompt, pre);
+        } else {
+            self.calib.clear();
+        }
+        self.ext.clear();
+    }
+
+    fn draft(&mut self, ctx: &[u32], tree: &mut DraftTree, step: u64) {
+        debug_assert_eq!(ctx.len(), self.own.len());
+        let depth = tree.max_depth();
+        // Own context: longest suffix with an earlier occurrence, then shorter ones.
+        if let Some((len, end)) = self.own.self_match() {
+            let m = self.own.match_state_of_self();
+            self.own
+                .link_chain(m, &mut self.chain, self.cfg.self_branches);
+            debug_assert_eq!(self.chain.first().map(|c| c.0), Some(len));
+            let _ = end;
+            for i in 0..self.chain.len() {
+                let (len, end) = self.chain[i];
+                let base = match_confidence(len);
+                if self.cfg.calibration && end < self.calib.prompt_len() {
+                    let cb = (base * 1.1).min(0.95);
+                    let calib = &self.calib;
+                    calib.chains(end, &self.cfg.calib_branch, depth, &mut |toks, probs| {
+                        let mut acc = [0f32; 64];
+                        let mut s = cb;
+                        for (d, &p) in probs.iter().enumerate().take(64) {
+                            s *= p.sqrt() * 0.97;
+                            acc[d] = s;
+                        }
+                        tree.insert(toks, |d| acc[d.min(63)], SRC_CALIB);
+                    });
+                }
+                let cont = self.own.continuation(end, depth);
+                tree.insert(cont, |d| base * 0.92f32.powi(d as i32), SRC_SELF);
+            }
+        }
+        // Database: longest suffix of the context found in past text.
+        if let Some(db) = &self.db {
+            db.link_chain(self.db_match, &mut self.chain, self.cfg.db_branches);
+            for &(len, end) in &self.chain {
+                let base = 0.8 * match_confidence(len);
+                tree.insert(
+                    db.continuation(end, depth),
+                    |d| base * 0.92f32.powi(d as i32),
+                    SRC_DB,
+                );
+            }
+        }
+        // Reused rejected segments: resume a partly emitted one, start one at its
+        // anchor, and hang them below draft nodes carrying their anchor.
+        if self.cfg.extension {
+            self.ext.expire(step);
+            let root = *ctx.last().unwrap_or(&0);
+            for seg in &self.ext.segments {
+                let t = &seg.tokens;
+                let progress = (1..t.len()).rev().find(|&m| ctx.ends_with(&t[..m]));
+                if let Some(m) = progress {
+                    tree.insert(&t[m..], |d| 0.5 * 0.9f32.powi(d as i32), SRC_EXT);
+                } else if root == seg.anchor {
+                    tree.insert(t, |d| 0.4 * 0.9f32.powi(d as i32), SRC_EXT);
+                }
+                tree.nodes_with_token(seg.anchor, &mut self.found);
+                for &n in self.found.iter().take(4) {
+                    let s0 = tree.node_score(n) * 0.5;
+                    tree.insert_below(n, t, |d| s0 * 0.9f32.powi(d as i32), SRC_EXT);
+                }
+            }
+        }
+    }
+
+    fn observe(&mut self, emitted: &[u32], fb: Option<&Feedback<'_>>) {
+        if self.cfg.extension {
+            if let Some(fb) = fb {
+                self.harvest_rejected(fb);
+            }
+        }
+        // Append-only: only tokens that were actually emitted (pitfall 5).
+        self.own.extend(emitted);
+        if let Some(db) = &self.db {
+            for &t in emitted {
+                db.advance(&mut self.db_match, t);
+            }
+        }
+    }
+}
+
+/// Build the drafter for a mode; `db` is the database automaton shared by runs.
+pub fn make_drafter(mode: Mode, db: Option<Arc<SuffixAutomaton>>) -> Box<dyn Drafter + Send> {
+    match mode {
+        Mode::None => Box::new(NoDrafter),
+        Mode::Pld => Box::new(PldDrafter),
+        _ => Box::new(SamDrafter::new(SamConfig::for_mode(mode), db)),
+    }
+}

@@ -1,0 +1,324 @@
+//! The decode loop: draft, cut the tree at the budget, verify in one forward,
+//! accept the greedy path, commit its KV, stop at the first end-of-generation.
+
+use crate::budget::{bucket_of, BudgetController, CostCurve, DEFAULT_SIZES};
+use crate::drafter::{make_drafter, Drafter, Feedback, Mode};
+use crate::metrics::{Metrics, StopReason};
+use crate::sam::SuffixAutomaton;
+use crate::target::{PrefillOut, Target};
+use crate::tree::{DraftTree, FlatTree};
+use crate::SpecError;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    /// Upper bound of the verify batch (rows); the controller picks up to this.
+    pub max_budget: usize,
+    /// Deepest draft (tokens after the root).
+    pub max_depth: usize,
+    /// Candidate trie size per step (larger than any budget so that every budget
+    /// can be evaluated counterfactually).
+    pub trie_nodes: usize,
+    /// Use this budget every step instead of the controller (tests, ablations).
+    pub fixed_budget: Option<usize>,
+    /// Verify-cost curve; profiled through the target on first use when None.
+    pub cost_curve: Option<CostCurve>,
+    pub profile_reps: usize,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig {
+            max_budget: 64,
+            max_depth: 32,
+            trie_nodes: 256,
+            fixed_budget: None,
+            cost_curve: None,
+            profile_reps: 3,
+        }
+    }
+}
+
+struct PendingEval {
+    tree: DraftTree,
+    /// Index in the context of the first token after the tree's root.
+    start: usize,
+    bucket: usize,
+    age: u32,
+}
+
+/// Reusable generator: one drafter, the budget controller (whose acceptance
+/// estimates carry over between generations) and preallocated buffers.
+pub struct Generator {
+    mode: Mode,
+    cfg: GenConfig,
+    drafter: Box<dyn Drafter + Send>,
+    controller: Option<BudgetController>,
+    tree: DraftTree,
+    pool: Vec<DraftTree>,
+    evals: VecDeque<PendingEval>,
+    flat: FlatTree,
+    argmax: Vec<u32>,
+    path: Vec<usize>,
+    emitted: Vec<u32>,
+    ranks: Vec<u32>,
+    ctx: Vec<u32>,
+    pre: PrefillOut,
+}
+
+const MAX_PENDING_EVALS: usize = 8;
+
+impl Generator {
+    pub fn new(mode: Mode, db: Option<Arc<SuffixAutomaton>>, cfg: GenConfig) -> Self {
+        Self::with_drafter(mode, make_drafter(mode, db), cfg)
+    }
+
+    pub fn with_drafter(mode: Mode, drafter: Box<dyn Drafter + Send>, cfg: GenConfig) -> Self {
+        let controller = cfg
+            .cost_curve
+            .clone()
+            .map(|c| BudgetController::new(c, cfg.max_budget));
+        let tree = DraftTree::new(cfg.trie_nodes, cfg.max_depth);
+        Generator {
+            mode,
+            drafter,
+            controller,
+            pool: Vec::new(),
+            evals: VecDeque::with_capacity(MAX_PENDING_EVALS + 1),
+            flat: FlatTree::default(),
+            argmax: Vec::new(),
+            path: Vec::new(),
+            emitted: Vec::new(),
+            ranks: Vec::new(),
+            ctx: Vec::new(),
+            pre: PrefillOut::default(),
+            tree,
+            cfg,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn cost_curve(&self) -> Option<&CostCurve> {
+        self.controller.as_ref().map(|c| c.curve())
+    }
+
+    /// Budget the controller would give each confidence bucket now.
+    pub fn budgets_by_bucket(&self) -> Vec<usize> {
+        self.controller
+            .as_ref()
+            .map(|c| c.budgets_by_bucket())
+            .unwrap_or_default()
+    }
+
+    /// Generate greedily after `prompt` (which is prefilled after whatever the
+    /// target has committed). Returns the tokens (without the end-of-generation
+    /// token) and the run's metrics. `on_token` sees each token as it is decided.
+    pub fn generate<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+        prompt: &[u32],
+        max_tokens: usize,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<(Vec<u32>, Metrics), SpecError> {
+        let mut m = Metrics {
+            runs: 1,
+            prompt_tokens: prompt.len(),
+            ..Default::default()
+        };
+        let mut out = Vec::with_capacity(max_tokens);
+        if prompt.is_empty() {
+            return Err(SpecError::Config("empty prompt".into()));
+        }
+        let t = Instant::now();
+        target.prefill(prompt, self.drafter.prefill_topk(), &mut self.pre)?;
+        m.prefill_ms = ms(t);
+        if self.controller.is_none() {
+            let t = Instant::now();
+            let curve =
+                CostCurve::profile(target, self.pre.next, &DEFAULT_SIZES, self.cfg.profile_reps)?;
+            m.profile_ms = ms(t);
+            self.controller = Some(BudgetController::new(curve, self.cfg.max_budget));
+        }
+        let saturation = self
+            .controller
+            .as_ref()
+            .map_or(1, |c| c.curve().saturation());
+        m.saturation = saturation;
+        let t = Instant::now();
+        self.drafter.begin(prompt, &self.pre);
+        m.draft_ms += ms(t);
+        self.ctx.clear();
+        self.ctx.extend_from_slice(prompt);
+        for e in self.evals.drain(..) {
+            self.pool.push(e.tree);
+        }
+
+        let first = self.pre.next;
+        if target.is_eog(first) {
+            m.stop = StopReason::EndOfGeneration;
+            return Ok((out, m));
+        }
+        if max_tokens == 0 {
+            return Ok((out, m));
+        }
+        out.push(first);
+        on_token(first);
+        self.ctx.push(first);
+        self.drafter.observe(&[first], None);
+
+        let decode_start = Instant::now();
+        let mut step: u64 = 0;
+        m.stop = StopReason::MaxTokens;
+        while out.len() < max_tokens {
+            let room_ctx = target.context_left();
+            if room_ctx == 0 {
+                m.stop = StopReason::ContextFull;
+                break;
+            }
+            // Draft and cut.
+            let t = Instant::now();
+            let pending = *self.ctx.last().unwrap_or(&first);
+            self.tree.reset(pending);
+            self.drafter.draft(&self.ctx, &mut self.tree, step);
+            self.tree.rank();
+            let bucket = bucket_of(&self.tree);
+            let budget = match self.cfg.fixed_budget {
+                Some(b) => b,
+                None => self
+                    .controller
+                    .as_ref()
+                    .map_or(1, |c| c.choose(bucket, self.tree.len())),
+            }
+            .min(target.max_batch())
+            .min(room_ctx)
+            .max(1);
+            self.tree.flatten(budget, &mut self.flat);
+            m.draft_ms += ms(t);
+
+            // Verify.
+            let t = Instant::now();
+            target.verify(&self.flat, &mut self.argmax)?;
+            m.verify_ms += ms(t);
+            if self.argmax.len() != self.flat.len() {
+                return Err(SpecError::Target(format!(
+                    "verify returned {} argmax for {} rows",
+                    self.argmax.len(),
+                    self.flat.len()
+                )));
+            }
+
+            // Accept: path rows then the bonus token.
+            let bonus = self.flat.accept(&self.argmax, &mut self.path);
+            self.emitted.clear();
+            for &r in &self.path[1..] {
+                self.emitted.push(self.flat.tokens[r]);
+            }
+            self.emitted.push(bonus);
+            let mut keep = self.emitted.len();
+            let mut stop = None;
+            // Pitfall 1: the first end-of-generation among the emitted tokens ends it.
+            if let Some(i) = self.emitted.iter().position(|&t| target.is_eog(t)) {
+                keep = i;
+                stop = Some(StopReason::EndOfGeneration);
+            }
+            let room = max_tokens - out.len();
+            if keep > room {
+                keep = room;
+                stop = Some(StopReason::MaxTokens);
+            }
+            // KV holds every forwarded token: the root and the kept accepted rows
+            // (the last kept token becomes the next root, like in greedy decoding).
+            target.commit(&self.path[..keep.max(1)])?;
+
+            let rows = self.flat.len();
+            m.steps += 1;
+            m.step_tokens += self.emitted.len();
+            m.verified_rows += rows;
+            m.valid_rows += self.path.len();
+            m.wasted_rows += rows - self.path.len();
+            m.underutilized_rows += saturation.saturating_sub(rows);
+            m.budget_sum += rows;
+
+            for &tok in &self.emitted[..keep] {
+                out.push(tok);
+                on_token(tok);
+            }
+            let start = self.ctx.len();
+            self.ctx.extend_from_slice(&self.emitted[..keep]);
+
+            let t = Instant::now();
+            let fb = Feedback {
+                flat: &self.flat,
+                argmax: &self.argmax,
+                path: &self.path,
+                step,
+            };
+            self.drafter.observe(&self.emitted[..keep], Some(&fb));
+            if self.controller.is_some() && self.mode != Mode::None {
+                let mut spare = self
+                    .pool
+                    .pop()
+                    .unwrap_or_else(|| DraftTree::new(self.cfg.trie_nodes, self.cfg.max_depth));
+                std::mem::swap(&mut spare, &mut self.tree);
+                self.evals.push_back(PendingEval {
+                    tree: spare,
+                    start,
+                    bucket,
+                    age: 0,
+                });
+                self.evaluate_pending(stop.is_some());
+            }
+            m.draft_ms += ms(t);
+            step += 1;
+            if let Some(s) = stop {
+                m.stop = s;
+                break;
+            }
+        }
+        m.decode_ms = ms(decode_start);
+        m.tokens = out.len();
+        Ok((out, m))
+    }
+
+    /// Score past trees against the output that followed them, once decided.
+    fn evaluate_pending(&mut self, finish: bool) {
+        let n = self.evals.len();
+        for _ in 0..n {
+            let Some(mut e) = self.evals.pop_front() else {
+                break;
+            };
+            e.age += 1;
+            let future = &self.ctx[e.start.min(self.ctx.len())..];
+            let decided = e.tree.path_ranks(future, &mut self.ranks);
+            if decided || finish || e.age as usize >= MAX_PENDING_EVALS {
+                if let Some(c) = self.controller.as_mut() {
+                    c.observe(e.bucket, &self.ranks);
+                }
+                self.pool.push(e.tree);
+            } else {
+                self.evals.push_back(e);
+            }
+        }
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// One-shot convenience: generate with `mode`, no token database, the cost curve
+/// profiled through the target.
+pub fn generate<T: Target + ?Sized>(
+    target: &mut T,
+    mode: Mode,
+    prompt: &[u32],
+    max_tokens: usize,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<(Vec<u32>, Metrics), SpecError> {
+    Generator::new(mode, None, GenConfig::default()).generate(target, prompt, max_tokens, on_token)
+}

@@ -1,0 +1,111 @@
+//! Per-run measurements: steps, acceptance, latency, and the paper's split of
+//! verify compute into valid / wasted / underutilized rows.
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum StopReason {
+    #[default]
+    MaxTokens,
+    EndOfGeneration,
+    ContextFull,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Metrics {
+    pub runs: usize,
+    pub prompt_tokens: usize,
+    /// Tokens returned (the first one comes from prefill).
+    pub tokens: usize,
+    /// Verification steps (each a forward pass of the decode graph).
+    pub steps: usize,
+    /// Tokens produced by verification steps (accepted drafts + bonus), before
+    /// truncation at EOG / max tokens.
+    pub step_tokens: usize,
+    pub verified_rows: usize,
+    /// Rows whose result was used: the root and accepted drafts.
+    pub valid_rows: usize,
+    /// Rows verified and rejected.
+    pub wasted_rows: usize,
+    /// Capacity left unused below the saturation length of the cost curve.
+    pub underutilized_rows: usize,
+    pub saturation: usize,
+    pub prefill_ms: f64,
+    /// Wall time of all decode steps (drafting + verification + bookkeeping).
+    pub decode_ms: f64,
+    /// Drafting, tree building and budget bookkeeping: the speculation overhead.
+    pub draft_ms: f64,
+    pub verify_ms: f64,
+    /// One-off verify-cost profiling (not part of decode time).
+    pub profile_ms: f64,
+    pub budget_sum: usize,
+    pub stop: StopReason,
+}
+
+impl Metrics {
+    /// Mean tokens emitted per verification step (accepted drafts + 1).
+    pub fn mean_accepted(&self) -> f64 {
+        ratio(self.step_tokens as f64, self.steps as f64)
+    }
+
+    /// Decode tokens: everything after the prefill's token.
+    pub fn decode_tokens(&self) -> usize {
+        self.tokens.saturating_sub(self.runs)
+    }
+
+    pub fn ms_per_token(&self) -> f64 {
+        ratio(self.decode_ms, self.decode_tokens() as f64)
+    }
+
+    pub fn decode_tok_s(&self) -> f64 {
+        ratio(1000.0 * self.decode_tokens() as f64, self.decode_ms)
+    }
+
+    pub fn mean_budget(&self) -> f64 {
+        ratio(self.budget_sum as f64, self.steps as f64)
+    }
+
+    /// (valid, wasted, underutilized) shares of verify capacity.
+    pub fn shares(&self) -> (f64, f64, f64) {
+        let total = (self.valid_rows + self.wasted_rows + self.underutilized_rows) as f64;
+        (
+            ratio(self.valid_rows as f64, total),
+            ratio(self.wasted_rows as f64, total),
+            ratio(self.underutilized_rows as f64, total),
+        )
+    }
+
+    /// Drafting overhead as a share of decode time.
+    pub fn overhead_share(&self) -> f64 {
+        ratio(self.draft_ms, self.decode_ms)
+    }
+
+    /// Accumulate another run (for benchmark totals).
+    pub fn add(&mut self, o: &Metrics) {
+        self.runs += o.runs;
+        self.prompt_tokens += o.prompt_tokens;
+        self.tokens += o.tokens;
+        self.steps += o.steps;
+        self.step_tokens += o.step_tokens;
+        self.verified_rows += o.verified_rows;
+        self.valid_rows += o.valid_rows;
+        self.wasted_rows += o.wasted_rows;
+        self.underutilized_rows += o.underutilized_rows;
+        self.saturation = self.saturation.max(o.saturation);
+        self.prefill_ms += o.prefill_ms;
+        self.decode_ms += o.decode_ms;
+        self.draft_ms += o.draft_ms;
+        self.verify_ms += o.verify_ms;
+        self.profile_ms += o.profile_ms;
+        self.budget_sum += o.budget_sum;
+        self.stop = o.stop;
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}

@@ -1,0 +1,60 @@
+//! The model seen from the speculative decoder. Implemented by the runtime's
+//! session (see `session_target`) and by the deterministic mock LM in `mock`.
+
+use crate::tree::FlatTree;
+use crate::SpecError;
+
+/// What prefill hands to the drafters.
+#[derive(Clone, Debug, Default)]
+pub struct PrefillOut {
+    /// Greedy next token after the whole prompt.
+    pub next: u32,
+    /// Top-k successor ids per prompt position, row-major `[prompt_len][k]`
+    /// (empty when `k == 0`). Only k per position is kept, never full logits.
+    pub topk_ids: Vec<u32>,
+    /// Matching logits, best first within each row.
+    pub topk_logits: Vec<f32>,
+    pub k: usize,
+}
+
+impl PrefillOut {
+    pub fn clear(&mut self) {
+        self.next = 0;
+        self.topk_ids.clear();
+        self.topk_logits.clear();
+        self.k = 0;
+    }
+}
+
+/// A causal LM that can verify a token tree in one forward pass.
+///
+/// Contract (what makes tree verification lossless): the argmax reported for a
+/// row must equal the argmax greedy decoding would compute at that position given
+/// the committed tokens plus the row's ancestors, bit for bit; ties go to the lowest id.
+pub trait Target {
+    /// Process `tokens` after the committed context and commit them. When `topk > 0`,
+    /// also report the top-k successors of every position of `tokens`.
+    fn prefill(
+        &mut self,
+        tokens: &[u32],
+        topk: usize,
+        out: &mut PrefillOut,
+    ) -> Result<(), SpecError>;
+
+    /// Run the flattened tree (row 0's parent is the last committed token) without
+    /// committing anything; write the argmax of every row into `argmax`.
+    fn verify(&mut self, tree: &FlatTree, argmax: &mut Vec<u32>) -> Result<(), SpecError>;
+
+    /// Keep the KV of these rows (root-to-leaf path of the last verified tree) as the
+    /// next committed positions; everything else of that tree is dropped.
+    fn commit(&mut self, rows: &[usize]) -> Result<(), SpecError>;
+
+    /// End of generation (EOS or end of turn).
+    fn is_eog(&self, id: u32) -> bool;
+
+    /// Largest verify batch the target accepts.
+    fn max_batch(&self) -> usize;
+
+    /// Positions still free in the context (KV) window.
+    fn context_left(&self) -> usize;
+}

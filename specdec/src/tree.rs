@@ -1,0 +1,468 @@
+//! Token trees: candidates from every draft source merged into one trie per step,
+//! ranked by score, cut at the node budget and flattened in BFS order for one
+//! verification forward.
+//!
+//! Node 0 is always the pending token (the last emitted token, not yet in the KV
+//! cache), so a verify batch is `[pending, d1..dk]` (pitfall 3) and even a tree
+//! with no drafts is a plain decode step.
+
+/// Source tags, kept per node for statistics.
+pub const SRC_SELF: u8 = 1;
+pub const SRC_DB: u8 = 2;
+pub const SRC_CALIB: u8 = 4;
+pub const SRC_EXT: u8 = 8;
+pub const SRC_PLD: u8 = 16;
+
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    token: u32,
+    parent: i32,
+    depth: u32,
+    score: f32,
+    first_child: i32,
+    next_sibling: i32,
+    sources: u8,
+}
+
+/// Trie of draft candidates rooted at the pending token.
+#[derive(Clone, Debug)]
+pub struct DraftTree {
+    nodes: Vec<Node>,
+    max_nodes: usize,
+    max_depth: usize,
+    /// Node ids sorted by rank (valid after `rank`).
+    order: Vec<u32>,
+    /// Rank of every node id (valid after `rank`).
+    rank_of: Vec<u32>,
+}
+
+/// A flattened, budget-cut tree ready for verification.
+#[derive(Clone, Debug, Default)]
+pub struct FlatTree {
+    /// Token of each batch row; row 0 is the pending token.
+    pub tokens: Vec<u32>,
+    /// Parent row of each row; -1 for row 0 (child of the last committed token).
+    pub parents: Vec<i32>,
+    /// Depth of each row = position offset from the first uncommitted slot.
+    pub depths: Vec<u32>,
+    /// Trie node id of each row.
+    pub node_ids: Vec<u32>,
+    pub sources: Vec<u8>,
+}
+
+impl FlatTree {
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// True when row `a` is `b` or one of its ancestors: the attention mask
+    /// (row b attends to the committed KV plus every such row a).
+    pub fn sees(&self, b: usize, a: usize) -> bool {
+        let mut cur = b as i32;
+        while cur >= 0 {
+            if cur as usize == a {
+                return true;
+            }
+            cur = self.parents[cur as usize];
+        }
+        false
+    }
+
+    /// Dense row-major ancestor mask, for backends that take one.
+    pub fn ancestor_mask(&self) -> Vec<bool> {
+        let n = self.len();
+        let mut m = vec![false; n * n];
+        for b in 0..n {
+            for a in 0..n {
+                m[b * n + a] = self.sees(b, a);
+            }
+        }
+        m
+    }
+
+    /// Greedy acceptance: follow the argmax chain from row 0 while a child carries
+    /// the predicted token. Fills `path` with the accepted rows (row 0 first) and
+    /// returns the bonus token (argmax after the last accepted row).
+    pub fn accept(&self, argmax: &[u32], path: &mut Vec<usize>) -> u32 {
+        path.clear();
+        path.push(0);
+        let mut cur = 0usize;
+        loop {
+            let want = argmax[cur];
+            // Children have larger row indices than their parent (BFS order).
+            let child = (cur + 1..self.len())
+                .find(|&r| self.parents[r] == cur as i32 && self.tokens[r] == want);
+            match child {
+                Some(c) => {
+                    path.push(c);
+                    cur = c;
+                }
+                None => return want,
+            }
+        }
+    }
+}
+
+impl DraftTree {
+    pub fn new(max_nodes: usize, max_depth: usize) -> Self {
+        DraftTree {
+            nodes: Vec::with_capacity(max_nodes),
+            max_nodes: max_nodes.max(1),
+            max_depth,
+            order: Vec::with_capacity(max_nodes),
+            rank_of: Vec::with_capacity(max_nodes),
+        }
+    }
+
+    /// Start a new step with `pending` as the root.
+    pub fn reset(&mut self, pending: u32) {
+        self.nodes.clear();
+        self.order.clear();
+        self.rank_of.clear();
+        self.nodes.push(Node {
+            token: pending,
+            parent: -1,
+            depth: 0,
+            score: f32::INFINITY,
+            first_child: -1,
+            next_sibling: -1,
+            sources: 0,
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn root_token(&self) -> u32 {
+        self.nodes[0].token
+    }
+
+    fn child(&self, n: usize, tok: u32) -> Option<usize> {
+        let mut c = self.nodes[n].first_child;
+        while c >= 0 {
+            if self.nodes[c as usize].token == tok {
+                return Some(c as usize);
+            }
+            c = self.nodes[c as usize].next_sibling;
+        }
+        None
+    }
+
+    /// Insert a candidate continuation of the root. `score(d)` is the estimated
+    /// probability that the candidate's first d+1 tokens are all accepted; scores are
+    /// clamped to be non-increasing along a path so that every cut by rank is a
+    /// connected subtree. Returns the number of new nodes.
+    pub fn insert(&mut self, seq: &[u32], score: impl Fn(usize) -> f32, source: u8) -> usize {
+        self.insert_below(0, seq, score, source)
+    }
+
+    /// Insert below an existing path of the trie given by tokens (after the root);
+    /// nothing is inserted when that path is absent.
+    pub fn insert_after(
+        &mut self,
+        prefix: &[u32],
+        seq: &[u32],
+        score: impl Fn(usize) -> f32,
+        source: u8,
+    ) -> usize {
+        let mut n = 0usize;
+        for &t in prefix {
+            match self.child(n, t) {
+                Some(c) => n = c,
+                None => return 0,
+            }
+        }
+        self.insert_below(n, seq, score, source)
+    }
+
+    /// Insert `seq` as a continuation of trie node `start`.
+    pub fn insert_below(
+        &mut self,
+        start: usize,
+        seq: &[u32],
+        score: impl Fn(usize) -> f32,
+        source: u8,
+    ) -> usize {
+        let mut n = start;
+        let mut added = 0;
+        for (i, &t) in seq.iter().enumerate() {
+            if t == crate::sam::SEPARATOR || self.nodes[n].depth as usize >= self.max_depth {
+                break;
+            }
+            let s = score(i).min(self.nodes[n].score);
+            match self.child(n, t) {
+                Some(c) => {
+                    let node = &mut self.nodes[c];
+                    node.score = node.score.max(s);
+                    node.sources |= source;
+                    n = c;
+                }
+                None => {
+                    if self.nodes.len() >= self.max_nodes {
+                        break;
+                    }
+                    let id = self.nodes.len();
+                    let parent = &self.nodes[n];
+                    let node = Node {
+                        token: t,
+                        parent: n as i32,
+                        depth: parent.depth + 1,
+                        score: s,
+                        first_child: -1,
+                        next_sibling: parent.first_child,
+                        sources: source,
+                    };
+                    self.nodes.push(node);
+                    self.nodes[n].first_child = id as i32;
+                    n = id;
+                    added += 1;
+                }
+            }
+        }
+        added
+    }
+
+    /// Rank nodes by score (ties: shallower first, then older). Because scores never
+    /// increase along a path, every prefix of the ranking is a connected subtree.
+    pub fn rank(&mut self) {
+        // A raised child score could exceed its parent after a later merge; re-clamp
+        // top-down (parents precede children in id order).
+        for i in 1..self.nodes.len() {
+            let p = self.nodes[i].parent as usize;
+            if self.nodes[i].score > self.nodes[p].score {
+                self.nodes[i].score = self.nodes[p].score;
+            }
+        }
+        self.order.clear();
+        self.order.extend(0..self.nodes.len() as u32);
+        let nodes = &self.nodes;
+        self.order.sort_by(|&a, &b| {
+            let (na, nb) = (&nodes[a as usize], &nodes[b as usize]);
+            nb.score
+                .total_cmp(&na.score)
+                .then(na.depth.cmp(&nb.depth))
+                .then(a.cmp(&b))
+        });
+        self.rank_of.clear();
+        self.rank_of.resize(self.nodes.len(), 0);
+        for (r, &id) in self.order.iter().enumerate() {
+            self.rank_of[id as usize] = r as u32;
+        }
+    }
+
+    /// Score of the node with rank r (after `rank`).
+    pub fn score_at_rank(&self, r: usize) -> f32 {
+        self.nodes[self.order[r] as usize].score
+    }
+
+    /// Cut the ranked tree at `budget` rows and flatten it in BFS order.
+    pub fn flatten(&self, budget: usize, out: &mut FlatTree) {
+        let n = budget.clamp(1, self.nodes.len());
+        out.tokens.clear();
+        out.parents.clear();
+        out.depths.clear();
+        out.node_ids.clear();
+        out.sources.clear();
+        out.node_ids.extend_from_slice(&self.order[..n]);
+        let nodes = &self.nodes;
+        let rank_of = &self.rank_of;
+        out.node_ids
+            .sort_by_key(|&id| (nodes[id as usize].depth, rank_of[id as usize]));
+        for i in 0..n {
+            let node = &self.nodes[out.node_ids[i] as usize];
+            let parent = if node.parent < 0 {
+                -1
+            } else {
+                // Parents have smaller depth, hence an earlier row.
+                out.node_ids[..i]
+                    .iter()
+                    .position(|&id| id as i32 == node.parent)
+                    .map(|p| p as i32)
+                    .unwrap_or(-1)
+            };
+            out.tokens.push(node.token);
+            out.parents.push(parent);
+            out.depths.push(node.depth);
+            out.sources.push(node.sources);
+        }
+    }
+
+    /// Counterfactual evaluation once the true continuation is known: ranks of the
+    /// trie nodes along the path that `future` (the tokens after the root) follows.
+    /// With budget b, the step would have accepted the number of these ranks < b.
+    /// Returns whether the walk ended inside the known future (a mismatch or a leaf),
+    /// i.e. the result can no longer change as more output arrives.
+    pub fn path_ranks(&self, future: &[u32], ranks: &mut Vec<u32>) -> bool {
+        ranks.clear();
+        let mut n = 0usize;
+        for &t in future {
+            match self.child(n, t) {
+                Some(c) => {
+                    ranks.push(self.rank_of[c]);
+                    n = c;
+                }
+                None => return true,
+            }
+        }
+        self.nodes[n].first_child < 0
+    }
+
+    /// Node ids (excluding the root) carrying `tok`.
+    pub fn nodes_with_token(&self, tok: u32, out: &mut Vec<usize>) {
+        out.clear();
+        out.extend((1..self.nodes.len()).filter(|&i| self.nodes[i].token == tok));
+    }
+
+    pub fn node_score(&self, id: usize) -> f32 {
+        self.nodes[id].score
+    }
+
+    pub fn max_depth(&self) -> usize {
+        self.max_depth
+    }
+
+    /// Source tags along the accepted trie path, for statistics.
+    pub fn sources_of(&self, id: usize) -> u8 {
+        self.nodes[id].sources
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flat_of(t: &DraftTree, b: usize) -> FlatTree {
+        let mut f = FlatTree::default();
+        t.flatten(b, &mut f);
+        f
+    }
+
+    #[test]
+    fn merge_dedupes_common_prefixes() {
+        let mut t = DraftTree::new(64, 16);
+        t.reset(7);
+        assert_eq!(t.insert(&[1, 2, 3], |_| 0.9, SRC_SELF), 3);
+        assert_eq!(t.insert(&[1, 2, 4], |_| 0.5, SRC_DB), 1);
+        assert_eq!(t.insert(&[1, 2, 3], |_| 0.1, SRC_CALIB), 0);
+        assert_eq!(t.len(), 5);
+        t.rank();
+        let f = flat_of(&t, 64);
+        assert_eq!(f.tokens, vec![7, 1, 2, 3, 4]);
+        assert_eq!(f.parents, vec![-1, 0, 1, 2, 2]);
+        assert_eq!(f.depths, vec![0, 1, 2, 3, 3]);
+    }
+
+    #[test]
+    fn budget_cut_is_connected_and_bfs() {
+        let mut t = DraftTree::new(64, 16);
+        t.reset(0);
+        t.insert(&[1, 2, 3, 4], |d| 0.9f32.powi(d as i32 + 1), SRC_SELF);
+        t.insert(&[5, 6], |d| 0.8f32.powi(d as i32 + 1), SRC_DB);
+        t.insert(&[1, 9], |_| 0.95, SRC_CALIB); // scores clamp below parent 1
+        t.rank();
+        for b in 1..=t.len() {
+            let f = flat_of(&t, b);
+            assert_eq!(f.len(), b);
+            assert_eq!(f.parents[0], -1);
+            for i in 1..f.len() {
+                assert!(f.parents[i] >= 0 && (f.parents[i] as usize) < i);
+                assert_eq!(f.depths[i], f.depths[f.parents[i] as usize] + 1);
+                if i > 1 {
+                    assert!(f.depths[i] >= f.depths[i - 1]);
+                }
+            }
+        }
+        // Best-first: with 3 rows we get root, "1" and its best child "9" (0.95
+        // clamped to its parent's 0.9, above "2" at 0.81).
+        let f = flat_of(&t, 3);
+        assert_eq!(f.tokens, vec![0, 1, 9]);
+        let f = flat_of(&t, 4);
+        assert_eq!(f.tokens, vec![0, 1, 9, 2]);
+        // "5" (0.8) comes next and sorts into depth 1 of the BFS order.
+        let f = flat_of(&t, 5);
+        assert_eq!(f.tokens, vec![0, 1, 5, 9, 2]);
+        assert_eq!(f.parents, vec![-1, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn ancestor_mask_matches_parents() {
+        let mut t = DraftTree::new(64, 16);
+        t.reset(0);
+        t.insert(&[1, 2], |_| 0.9, SRC_SELF);
+        t.insert(&[3], |_| 0.5, SRC_SELF);
+        t.rank();
+        let f = flat_of(&t, 4);
+        // rows: 0, 1, 3, 2  (BFS)
+        assert_eq!(f.tokens, vec![0, 1, 3, 2]);
+        let m = f.ancestor_mask();
+        let n = 4;
+        let expect = [
+            [true, false, false, false],
+            [true, true, false, false],
+            [true, false, true, false],
+            [true, true, false, true],
+        ];
+        for b in 0..n {
+            for a in 0..n {
+                assert_eq!(m[b * n + a], expect[b][a], "row {b} col {a}");
+            }
+        }
+    }
+
+    #[test]
+    fn accept_follows_argmax_chain_and_emits_bonus() {
+        let mut t = DraftTree::new(64, 16);
+        t.reset(10);
+        t.insert(&[11, 12, 13], |_| 0.9, SRC_SELF);
+        t.insert(&[11, 20], |_| 0.5, SRC_SELF);
+        t.rank();
+        let f = flat_of(&t, 5);
+        assert_eq!(f.tokens, vec![10, 11, 12, 20, 13]);
+        let mut path = Vec::new();
+        // model: after 10 -> 11, after 11 -> 20, after 20 -> 99
+        let argmax = vec![11, 20, 13, 99, 0];
+        let bonus = f.accept(&argmax, &mut path);
+        assert_eq!(path, vec![0, 1, 3]);
+        assert_eq!(bonus, 99);
+        // Nothing accepted: only the bonus.
+        let argmax = vec![42, 0, 0, 0, 0];
+        assert_eq!(f.accept(&argmax, &mut path), 42);
+        assert_eq!(path, vec![0]);
+    }
+
+    #[test]
+    fn path_ranks_counterfactual() {
+        let mut t = DraftTree::new(64, 16);
+        t.reset(0);
+        t.insert(&[1, 2, 3], |d| 0.9f32.powi(d as i32 + 1), SRC_SELF);
+        t.insert(&[4], |_| 0.95, SRC_DB);
+        t.rank();
+        let mut r = Vec::new();
+        assert!(t.path_ranks(&[1, 2, 7], &mut r));
+        assert_eq!(r.len(), 2);
+        assert!(r[0] < r[1]);
+        // Future too short to decide: walk ended at an inner node.
+        assert!(!t.path_ranks(&[1], &mut r));
+        assert!(t.path_ranks(&[1, 2, 3, 5], &mut r)); // reached a leaf
+        assert_eq!(r.len(), 3);
+    }
+
+    #[test]
+    fn max_nodes_and_depth_are_caps() {
+        let mut t = DraftTree::new(4, 2);
+        t.reset(0);
+        t.insert(&[1, 2, 3, 4], |_| 0.9, SRC_SELF);
+        assert_eq!(t.len(), 3); // depth cap 2
+        t.insert(&[5, 6, 7], |_| 0.9, SRC_SELF);
+        assert_eq!(t.len(), 4); // node cap
+    }
+}

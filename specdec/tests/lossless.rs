@@ -1,0 +1,223 @@
+//! Losslessness: every drafting mode must reproduce greedy decoding token for
+//! token on the deterministic mock LM, whatever the budget, prompt or stop point.
+
+use proptest::prelude::*;
+use specdec::budget::{CostCurve, DEFAULT_SIZES};
+use specdec::mock::MockLm;
+use specdec::sam::SuffixAutomaton;
+use specdec::{GenConfig, Generator, Metrics, Mode, StopReason, TokenDb};
+use std::sync::Arc;
+
+fn cheap_curve() -> CostCurve {
+    // Verify cost nearly flat in the batch size: speculation pays off.
+    CostCurve::affine(10.0, 0.05, &DEFAULT_SIZES)
+}
+
+fn cfg(fixed: Option<usize>) -> GenConfig {
+    GenConfig {
+        fixed_budget: fixed,
+        cost_curve: Some(cheap_curve()),
+        ..Default::default()
+    }
+}
+
+/// Prompt with repeated spans so that retrieval drafts are sometimes right.
+fn prompt_from(seed: u64, len: usize, vocab: u32) -> Vec<u32> {
+    let mut s = seed | 1;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut p: Vec<u32> = Vec::with_capacity(len);
+    while p.len() < len {
+        if p.len() > 8 && rnd() % 3 == 0 {
+            let start = (rnd() as usize) % (p.len() - 4);
+            let l = 2 + (rnd() as usize) % 12;
+            for i in 0..l {
+                if p.len() < len {
+                    p.push(p[(start + i) % p.len()]);
+                }
+            }
+        } else {
+            p.push((rnd() % vocab as u64) as u32);
+        }
+    }
+    p
+}
+
+fn run(gen: &mut Generator, lm: &mut MockLm, prompt: &[u32], max: usize) -> (Vec<u32>, Metrics) {
+    lm.reset();
+    let mut streamed = Vec::new();
+    let (out, m) = gen
+        .generate(lm, prompt, max, &mut |t| streamed.push(t))
+        .expect("generation failed");
+    assert_eq!(
+        streamed, out,
+        "streamed tokens differ from the returned ones"
+    );
+    assert_eq!(m.tokens, out.len());
+    (out, m)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+
+    #[test]
+    fn every_mode_equals_greedy(
+        seed in any::<u64>(),
+        vocab in 6u32..400,
+        len in 2usize..120,
+        max in 0usize..90,
+        fixed in prop_oneof![Just(None), (1usize..70).prop_map(Some)],
+        eog_permille in prop_oneof![Just(0u64), Just(8), Just(60)],
+    ) {
+        let mut lm = MockLm::new(vocab, seed);
+        lm.eog_permille = eog_permille;
+        let prompt = prompt_from(seed, len, vocab);
+        let want = lm.greedy(&prompt, max);
+        // A database holding a neighbour's continuation, for the SAM modes.
+        let mut db = TokenDb::new(10_000);
+        let mut other = prompt.clone();
+        other.extend(lm.greedy(&prompt, max / 2));
+        db.add(&other);
+        let db = Arc::new(db.build_index());
+        for mode in Mode::ALL {
+            let mut gen = Generator::new(mode, Some(db.clone()), cfg(fixed));
+            let (got, m) = run(&mut gen, &mut lm, &prompt, max);
+            prop_assert_eq!(&got, &want, "mode {} budget {:?}", mode.name(), fixed);
+            if got.len() < max {
+                prop_assert_eq!(m.stop, StopReason::EndOfGeneration);
+            }
+        }
+    }
+}
+
+#[test]
+fn eog_inside_an_accepted_draft_stops_there() {
+    // The model copies the successor of the last bigram; the prompt holds
+    // "5 6 7 EOG 8 2 3", so the self-automaton drafts "7 EOG 8 2 3 ..." after
+    // "5 6" and the verifier accepts all of it. Output must stop before EOG.
+    let mut lm = MockLm::new(50, 7);
+    lm.copy_pct = 100;
+    lm.eog_permille = 0;
+    let eog = lm.eog;
+    let prompt = [9, 5, 6, 7, eog, 8, 2, 3, 4, 9, 5];
+    let want = lm.greedy(&prompt, 32);
+    assert_eq!(want, vec![6, 7]);
+    for mode in [Mode::Sam, Mode::Sdnpu, Mode::Pld] {
+        let mut gen = Generator::new(mode, None, cfg(Some(16)));
+        let (got, m) = run(&mut gen, &mut lm, &prompt, 32);
+        assert_eq!(got, want, "{}", mode.name());
+        assert_eq!(m.stop, StopReason::EndOfGeneration);
+        // One verify step: "7 EOG 8 ..." were all accepted in it.
+        assert_eq!(m.steps, 1, "{}", mode.name());
+        assert!(m.step_tokens >= 3, "{}: {}", mode.name(), m.step_tokens);
+    }
+}
+
+#[test]
+fn max_tokens_cuts_inside_an_accepted_draft() {
+    let mut lm = MockLm::new(50, 3);
+    lm.copy_pct = 100;
+    lm.eog_permille = 0;
+    let prompt: Vec<u32> = (10..40).chain(10..12).collect();
+    for max in 0..8 {
+        let want = lm.greedy(&prompt, max);
+        let mut gen = Generator::new(Mode::Sdnpu, None, cfg(Some(32)));
+        let (got, m) = run(&mut gen, &mut lm, &prompt, max);
+        assert_eq!(got, want, "max {max}");
+        assert_eq!(got.len(), max);
+        if max > 1 {
+            // The whole copy was drafted: a single step.
+            assert_eq!(m.steps, 1);
+        }
+    }
+}
+
+#[test]
+fn context_window_is_respected() {
+    let mut lm = MockLm::new(30, 11);
+    lm.eog_permille = 0;
+    let prompt = prompt_from(5, 40, 30);
+    lm.ctx_limit = 60;
+    let want = lm.greedy(&prompt, 100);
+    let mut gen = Generator::new(Mode::Sdnpu, None, cfg(Some(64)));
+    let (got, m) = run(&mut gen, &mut lm, &prompt, 100);
+    assert_eq!(m.stop, StopReason::ContextFull);
+    // Every committed position was used; the output is a greedy prefix.
+    assert_eq!(got[..], want[..got.len()]);
+    assert!(got.len() >= 20);
+}
+
+#[test]
+fn speculation_cuts_steps_on_copy_heavy_text() {
+    let mut lm = MockLm::new(500, 21);
+    lm.copy_pct = 95;
+    lm.eog_permille = 0;
+    let prompt = prompt_from(99, 300, 500);
+    let want = lm.greedy(&prompt, 200);
+    let mut none = Generator::new(Mode::None, None, cfg(None));
+    let (_, base) = run(&mut none, &mut lm, &prompt, 200);
+    assert_eq!(base.steps, 199);
+    assert_eq!(base.verified_rows, base.steps);
+    for mode in [Mode::Pld, Mode::Sam, Mode::Sdnpu] {
+        let mut gen = Generator::new(mode, None, cfg(None));
+        // Warm the controller's acceptance estimate, then measure.
+        run(&mut gen, &mut lm, &prompt, 200);
+        let (got, m) = run(&mut gen, &mut lm, &prompt, 200);
+        assert_eq!(got, want);
+        assert!(
+            m.mean_accepted() > 1.5,
+            "{}: {} tokens per step",
+            mode.name(),
+            m.mean_accepted()
+        );
+        assert_eq!(m.valid_rows + m.wasted_rows, m.verified_rows);
+    }
+}
+
+#[test]
+fn expensive_verification_keeps_budget_at_one() {
+    // Each extra row costs as much as a whole step: drafts rarely pay, so the
+    // controller should almost always verify the root alone.
+    let mut lm = MockLm::new(500, 4);
+    lm.copy_pct = 30;
+    lm.eog_permille = 0;
+    let prompt = prompt_from(1234, 200, 500);
+    let curve = CostCurve::affine(0.0, 10.0, &DEFAULT_SIZES);
+    let mut gen = Generator::new(
+        Mode::Sdnpu,
+        None,
+        GenConfig {
+            cost_curve: Some(curve),
+            ..Default::default()
+        },
+    );
+    run(&mut gen, &mut lm, &prompt, 150);
+    let (got, m) = run(&mut gen, &mut lm, &prompt, 150);
+    assert_eq!(got, lm.greedy(&prompt, 150));
+    assert!(m.mean_budget() < 1.3, "mean budget {}", m.mean_budget());
+}
+
+#[test]
+fn database_drafts_are_used() {
+    let mut lm = MockLm::new(1000, 8);
+    lm.copy_pct = 0; // nothing to copy in the prompt: only the database knows
+    lm.eog_permille = 0;
+    let prompt = prompt_from(3, 20, 1000);
+    let cont = lm.greedy(&prompt, 60);
+    let mut db = TokenDb::new(1000);
+    let mut doc = prompt[prompt.len() - 6..].to_vec();
+    doc.extend(&cont);
+    db.add(&doc);
+    let db: Arc<SuffixAutomaton> = Arc::new(db.build_index());
+    let mut with_db = Generator::new(Mode::Sam, Some(db), cfg(Some(16)));
+    let (got, m) = run(&mut with_db, &mut lm, &prompt, 60);
+    assert_eq!(got, cont);
+    assert!(m.mean_accepted() > 5.0, "{}", m.mean_accepted());
+    let mut no_db = Generator::new(Mode::Sam, None, cfg(Some(16)));
+    let (_, m2) = run(&mut no_db, &mut lm, &prompt, 60);
+    assert!(m2.steps > m.steps);
+}
