@@ -47,22 +47,17 @@ impl CostCurve {
         }
     }
 
-    /// Cost of a batch of n rows: linear between measured sizes, extrapolated
-    /// proportionally past the last one.
+    /// Cost of a batch of n rows. The measured sizes are the static graph shapes,
+    /// so a batch runs padded to the next one; past the last, cost grows linearly.
     pub fn cost(&self, n: usize) -> f64 {
         let n = n.max(1);
-        for i in 0..self.sizes.len() {
-            if self.sizes[i] == n {
-                return self.ms[i];
-            }
-            if self.sizes[i] > n {
-                let (s0, s1) = (self.sizes[i - 1] as f64, self.sizes[i] as f64);
-                let t = (n as f64 - s0) / (s1 - s0);
-                return self.ms[i - 1] + t * (self.ms[i] - self.ms[i - 1]);
+        match self.sizes.iter().position(|&s| s >= n) {
+            Some(i) => self.ms[i],
+            None => {
+                let last = self.sizes.len() - 1;
+                self.ms[last] * n as f64 / self.sizes[last] as f64
             }
         }
-        let last = self.sizes.len() - 1;
-        self.ms[last] * n as f64 / self.sizes[last] as f64
     }
 
     /// Saturation length: the largest measured batch that costs at most 25% more
@@ -232,7 +227,7 @@ mod tests {
     #[test]
     fn cost_interpolates_and_saturates() {
         let c = CostCurve::new(vec![1, 2, 4, 8], vec![10.0, 10.0, 11.0, 20.0]).unwrap();
-        assert_eq!(c.cost(3), 10.5);
+        assert_eq!(c.cost(3), 11.0); // padded to the 4-row graph
         assert_eq!(c.cost(16), 40.0);
         assert_eq!(c.saturation(), 4);
         assert!(CostCurve::new(vec![2], vec![1.0]).is_err());

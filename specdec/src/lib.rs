@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod mock;
 pub mod pld;
 pub mod sam;
+pub mod session_target;
 pub mod target;
 pub mod tokendb;
 pub mod tree;

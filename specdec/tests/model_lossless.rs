@@ -1,0 +1,92 @@
+//! On a real model (SmolLM2-135M): every speculation mode must reproduce the
+//! runtime's plain greedy decoding (one `decode_step` per token) token for token.
+//! Needs the model file; set RAG_SKIP_MODEL_TESTS=1 to skip.
+
+use npu_runtime::session::{generate_greedy, LoadOptions, Model, Session, SessionOptions};
+use specdec::budget::{CostCurve, DEFAULT_SIZES};
+use specdec::{GenConfig, Generator, Mode};
+use std::sync::Arc;
+
+fn model() -> Option<Arc<Model>> {
+    if std::env::var("RAG_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let path = npu_runtime::model_path::resolve("smollm2-135m").unwrap_or_else(|e| {
+        panic!("{e}: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)")
+    });
+    Some(Model::load(&path, &LoadOptions { threads: 2 }).expect("loading smollm2-135m"))
+}
+
+/// Prompts as token ids: repeated spans make the model copy, so long drafts get
+/// accepted and rejected in the same run (what exercises the acceptance logic).
+fn prompts() -> Vec<Vec<u32>> {
+    let span: Vec<u32> = (0..40).map(|i| 1000 + (i * 7919) % 20000).collect();
+    let mut a = span.clone();
+    a.extend(&span);
+    a.extend(&span[..10]);
+    let mut b: Vec<u32> = (0..60).map(|i| 300 + (i * 104729) % 30000).collect();
+    b.extend_from_slice(&b.clone()[5..25]);
+    vec![a, b]
+}
+
+#[test]
+fn every_mode_matches_greedy_on_smollm2() {
+    let Some(model) = model() else { return };
+    let opts = SessionOptions {
+        kv_capacity: 512,
+        ..Default::default()
+    };
+    let max_tokens = 32;
+    // A flat-ish curve so the controller speculates; a fixed budget covers the
+    // full 64-row graph as well.
+    let curve = CostCurve::affine(10.0, 0.05, &DEFAULT_SIZES);
+    let mut s = Session::new(model.clone(), opts).unwrap();
+    for (pi, prompt) in prompts().iter().enumerate() {
+        s.truncate(0).unwrap();
+        let mut want = Vec::new();
+        generate_greedy(&mut s, prompt, max_tokens, |t| {
+            want.push(t);
+            true
+        })
+        .unwrap();
+        let runs = [
+            (Mode::None, None),
+            (Mode::Pld, Some(64)),
+            (Mode::Sam, None),
+            (Mode::Sdnpu, None),
+            (Mode::Sdnpu, Some(64)),
+        ];
+        for (mode, fixed) in runs {
+            {
+                s.truncate(0).unwrap();
+                let mut gen = Generator::new(
+                    mode,
+                    None,
+                    GenConfig {
+                        fixed_budget: fixed,
+                        cost_curve: Some(curve.clone()),
+                        ..Default::default()
+                    },
+                );
+                let (got, m) = gen
+                    .generate(&mut s, prompt, max_tokens, &mut |_| {})
+                    .unwrap();
+                assert_eq!(
+                    got,
+                    want,
+                    "prompt {pi}, mode {}, budget {fixed:?}: differs from greedy",
+                    mode.name()
+                );
+                if mode != Mode::None && fixed.is_some() && pi == 0 {
+                    // The repeated span must have been drafted and accepted.
+                    assert!(
+                        m.mean_accepted() > 1.5,
+                        "{}: {}",
+                        mode.name(),
+                        m.mean_accepted()
+                    );
+                }
+            }
+        }
+    }
+}
