@@ -1,3 +1,4 @@
 //! rag
+pub mod embed;
 pub mod embed_api;
 pub mod models;

@@ -1,0 +1,276 @@
+//! all-MiniLM-L6-v2 sentence embeddings: the [`Embedder`] behind dense retrieval.
+//!
+//! Text handling lives here (WordPiece tokenizer from `tokenizer.json`, truncation to the
+//! sentence-transformers `max_seq_length` of 256 tokens); the encoder itself runs in the
+//! runtime ([`npu_runtime::bert`]), which also mean-pools and L2-normalises.
+
+use crate::embed_api::Embedder;
+use crate::models::{cache_dir, DEFAULT_EMBEDDER};
+use anyhow::{anyhow, bail, Context, Result};
+use npu_runtime::bert::{BertModel, BertWorkspace};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tokenizers::{Tokenizer, TruncationParams};
+
+/// Tokens per text, special tokens included (`max_seq_length` of the model's
+/// sentence-transformers config; tokenizer.json itself says 128).
+pub const MAX_TOKENS: usize = 256;
+/// Padded tokens per encoder call: bounds the workspace (about 40 MB at 4096).
+const BATCH_TOKENS: usize = 4096;
+const MODEL_ID: &str = "all-MiniLM-L6-v2/mean/l2/max256";
+const FILES: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
+
+/// all-MiniLM-L6-v2 on the runtime's BERT encoder.
+pub struct MiniLmEmbedder {
+    tokenizer: Tokenizer,
+    model: BertModel,
+    /// Planned once; one embedding call at a time uses it (the encoder itself is threaded).
+    workspace: Mutex<BertWorkspace>,
+}
+
+impl MiniLmEmbedder {
+    /// `$RAG_MODEL_DIR/minilm-l6-v2`, else `~/.cache/rag/models/minilm-l6-v2`.
+    pub fn default_dir() -> PathBuf {
+        cache_dir().join(DEFAULT_EMBEDDER)
+    }
+
+    /// Loads `config.json`, `model.safetensors` and `tokenizer.json` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let missing: Vec<&str> = FILES
+            .iter()
+            .copied()
+            .filter(|f| !dir.join(f).is_file())
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "embedding model files missing in {}: {}; run `scripts/fetch-model.sh {DEFAULT_EMBEDDER}`",
+                dir.display(),
+                missing.join(", ")
+            );
+        }
+        let model = BertModel::load(dir)
+            .with_context(|| format!("loading the embedding model from {}", dir.display()))?;
+        let path = dir.join("tokenizer.json");
+        let mut tokenizer = Tokenizer::from_file(&path)
+            .map_err(|e| anyhow!("{} is not a valid tokenizer.json: {e}", path.display()))?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: MAX_TOKENS,
+                ..Default::default()
+            }))
+            .map_err(|e| anyhow!("{}: cannot set truncation: {e}", path.display()))?;
+        let vocab = tokenizer.get_vocab_size(true);
+        let model_vocab = model.config().vocab_size;
+        if vocab > model_vocab {
+            bail!(
+                "{}: tokenizer has {vocab} tokens but the model's vocabulary has {model_vocab}",
+                path.display()
+            );
+        }
+        let workspace = Mutex::new(model.workspace(BATCH_TOKENS / MAX_TOKENS, MAX_TOKENS));
+        Ok(MiniLmEmbedder {
+            tokenizer,
+            model,
+            workspace,
+        })
+    }
+
+    /// Token ids the encoder sees for `text` ([CLS] … [SEP], at most [`MAX_TOKENS`]).
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| anyhow!("tokenizing: {e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Worker threads of the encoder (default: available parallelism).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.model.set_threads(threads);
+    }
+}
+
+impl Embedder for MiniLmEmbedder {
+    fn dim(&self) -> usize {
+        self.model.config().hidden_size
+    }
+
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+
+    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let ids = texts
+            .iter()
+            .map(|t| self.token_ids(t))
+            .collect::<Result<Vec<_>>>()?;
+        // Longest first, so each encoder call pads to nearly its real lengths.
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
+        let dim = self.dim();
+        let mut out = vec![Vec::new(); texts.len()];
+        let mut ws = self
+            .workspace
+            .lock()
+            .map_err(|_| anyhow!("embedding workspace poisoned by an earlier panic"))?;
+        let mut flat = Vec::new();
+        let mut start = 0;
+        while start < order.len() {
+            let longest = ids[order[start]].len().max(1);
+            let n = (BATCH_TOKENS / longest).clamp(1, order.len() - start);
+            let group = &order[start..start + n];
+            let batch: Vec<&[u32]> = group.iter().map(|&i| ids[i].as_slice()).collect();
+            flat.resize(n * dim, 0.0);
+            self.model.sentence_embeddings(&mut ws, &batch, &mut flat)?;
+            for (&i, v) in group.iter().zip(flat.chunks_exact(dim)) {
+                out[i] = v.to_vec();
+            }
+            start += n;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_dir() -> Option<PathBuf> {
+        let dir = MiniLmEmbedder::default_dir();
+        if dir.join("model.safetensors").is_file() {
+            return Some(dir);
+        }
+        if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
+            return None;
+        }
+        panic!(
+            "{} missing: run `scripts/fetch-model.sh minilm-l6-v2` (or set RAG_SKIP_MODEL_TESTS=1)",
+            dir.display()
+        );
+    }
+
+    struct Case {
+        text: String,
+        ids: Vec<u32>,
+        embedding: Vec<f32>,
+    }
+
+    fn golden() -> Vec<Case> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../npu-runtime/tests/fixtures/minilm_golden.json"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v["sentences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| Case {
+                text: s["text"].as_str().unwrap().to_string(),
+                ids: s["ids"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_u64().unwrap() as u32)
+                    .collect(),
+                embedding: s["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_f64().unwrap() as f32)
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn cosine_and_max_diff(a: &[f32], b: &[f32]) -> (f64, f32) {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+        let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        (dot / (na * nb), diff)
+    }
+
+    #[test]
+    fn text_to_embedding_matches_independent_reference() {
+        let Some(dir) = model_dir() else { return };
+        let e = MiniLmEmbedder::load(&dir).unwrap();
+        assert_eq!(e.dim(), 384);
+        let cases = golden();
+        for c in &cases {
+            assert_eq!(
+                e.token_ids(&c.text).unwrap(),
+                c.ids,
+                "tokens of {:?}",
+                c.text
+            );
+        }
+        let texts: Vec<&str> = cases.iter().map(|c| c.text.as_str()).collect();
+        let got = e.embed_batch(&texts).unwrap();
+        for (c, v) in cases.iter().zip(&got) {
+            let (cos, diff) = cosine_and_max_diff(v, &c.embedding);
+            assert!(
+                cos > 0.9999 && diff < 1e-4,
+                "{:?}: cos {cos} diff {diff}",
+                c.text
+            );
+            let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-5);
+        }
+        // One at a time gives the same vectors as the padded, reordered batch.
+        for (t, v) in texts.iter().zip(&got) {
+            assert_eq!(&e.embed_batch(&[t]).unwrap()[0], v, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn long_and_odd_texts_do_not_panic() {
+        let Some(dir) = model_dir() else { return };
+        let e = MiniLmEmbedder::load(&dir).unwrap();
+        let long = "retrieval ".repeat(5000);
+        assert_eq!(e.token_ids(&long).unwrap().len(), MAX_TOKENS);
+        let odd = ["", " \n\t ", "\u{0}\u{7}", "🚀🚀🚀", &long];
+        let v = e.embed_batch(&odd).unwrap();
+        assert_eq!(v.len(), odd.len());
+        assert!(v
+            .iter()
+            .all(|x| x.len() == 384 && x.iter().all(|f| f.is_finite())));
+        assert!(e.embed_batch(&[]).unwrap().is_empty());
+        // Truncation keeps the head: a long text embeds like its first 254 word pieces.
+        let head = "retrieval ".repeat(MAX_TOKENS - 2);
+        assert_eq!(e.embed_batch(&[&head]).unwrap()[0], v[4]);
+    }
+
+    #[test]
+    fn load_errors_are_clear() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = MiniLmEmbedder::load(tmp.path()).err().unwrap().to_string();
+        assert!(err.contains("scripts/fetch-model.sh minilm-l6-v2"), "{err}");
+        let Some(dir) = model_dir() else { return };
+        for f in ["config.json", "model.safetensors"] {
+            std::fs::copy(dir.join(f), tmp.path().join(f)).unwrap();
+        }
+        std::fs::write(tmp.path().join("tokenizer.json"), "{ not json").unwrap();
+        let err = MiniLmEmbedder::load(tmp.path()).err().unwrap().to_string();
+        assert!(err.contains("tokenizer.json"), "{err}");
+        let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        std::fs::write(
+            tmp.path().join("config.json"),
+            config.replace("\"hidden_size\": 384", "\"hidden_size\": 768"),
+        )
+        .unwrap();
+        std::fs::copy(
+            dir.join("tokenizer.json"),
+            tmp.path().join("tokenizer.json"),
+        )
+        .unwrap();
+        let err = format!("{:#}", MiniLmEmbedder::load(tmp.path()).err().unwrap());
+        assert!(err.contains("shape"), "{err}");
+    }
+}
