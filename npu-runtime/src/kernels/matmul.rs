@@ -282,7 +282,11 @@ fn run_isa(
     write: &dyn Fn(usize, usize, &[f32; GROUP]),
 ) {
     match isa {
-        Isa::Portable | Isa::Avx2 | Isa::Avx512Vnni => portable::run(k, acts, x, g0, g1, write),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `matmul_with_isa` only passes an ISA this CPU supports, and the
+        // activations were quantized for this call's tokens and columns.
+        Isa::Avx512Vnni => unsafe { super::x86_avx512::run(k, acts, x, g0, g1, write) },
+        _ => portable::run(k, acts, x, g0, g1, write),
     }
 }
 

@@ -14,6 +14,8 @@ pub mod pool;
 mod portable;
 pub mod simd;
 pub mod vector;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
 
 pub use ggml::GgmlType;
 pub use matmul::{matmul, matmul_reference, matmul_with_isa, MatmulScratch, QMatrix};

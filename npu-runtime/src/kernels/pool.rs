@@ -29,8 +29,6 @@ struct Job<'a> {
     f: &'a TaskFn<'a>,
     n_tasks: usize,
     next: AtomicUsize,
-    /// Workers that have not yet finished with this job.
-    pending: AtomicUsize,
     panicked: AtomicBool,
 }
 
@@ -48,9 +46,17 @@ impl Job<'_> {
     }
 }
 
+/// `state` bit: a job is published and may be joined.
+const OPEN: usize = 1 << (usize::BITS - 1);
+
 struct Shared {
-    /// Bumped once per job; workers compare it with the last one they served.
+    /// Bumped once per job so idle workers notice it.
     epoch: AtomicU64,
+    /// `OPEN` flag | number of workers currently inside the published job.
+    /// Workers join only while `OPEN`; the caller clears `OPEN` when it has
+    /// finished its own share and then waits only for workers that joined, so
+    /// a worker that is descheduled (busy machine) never delays a call.
+    state: AtomicUsize,
     job: AtomicPtr<Job<'static>>,
     shutdown: AtomicBool,
     sleepers: AtomicUsize,
@@ -71,6 +77,7 @@ impl ThreadPool {
     pub fn new(n_threads: usize) -> Self {
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
+            state: AtomicUsize::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
             shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
@@ -119,28 +126,31 @@ impl ThreadPool {
             f,
             n_tasks,
             next: AtomicUsize::new(0),
-            pending: AtomicUsize::new(self.workers.len()),
             panicked: AtomicBool::new(false),
         };
-        // SAFETY: the pointer is only dereferenced by workers between the epoch bump
-        // below and their decrement of `pending`; this function does not return (nor
-        // unwind: task panics are caught) before `pending` reaches 0, so `job` and
-        // the closure it borrows outlive every use. The lifetime is erased only to
+        // SAFETY: workers dereference the pointer only while they are counted in
+        // `state`, which they can enter only while `OPEN` is set. This function
+        // clears `OPEN` and then waits for the count to reach 0 before returning
+        // (task panics are caught, so it cannot unwind earlier), so `job` and the
+        // closure it borrows outlive every use. The lifetime is erased only to
         // store the pointer in the shared slot.
         let ptr = unsafe {
             std::mem::transmute::<*const Job<'_>, *mut Job<'static>>(&job as *const Job<'_>)
         };
-        self.shared.job.store(ptr, Ordering::Release);
-        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
-        if self.shared.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
-            self.shared.wake.notify_all();
+        let s = &*self.shared;
+        s.job.store(ptr, Ordering::SeqCst);
+        s.state.store(OPEN, Ordering::SeqCst);
+        s.epoch.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
         }
         IN_POOL.with(|c| c.set(true));
         job.run_tasks();
         IN_POOL.with(|c| c.set(false));
+        s.state.fetch_and(!OPEN, Ordering::SeqCst);
         let mut spins = 0u32;
-        while job.pending.load(Ordering::Acquire) != 0 {
+        while s.state.load(Ordering::SeqCst) != 0 {
             spins += 1;
             if spins < 1 << 16 {
                 std::hint::spin_loop();
@@ -148,13 +158,26 @@ impl ThreadPool {
                 std::thread::yield_now();
             }
         }
-        self.shared
-            .job
-            .store(std::ptr::null_mut(), Ordering::Relaxed);
+        s.job.store(std::ptr::null_mut(), Ordering::SeqCst);
         if job.panicked.load(Ordering::Relaxed) {
             panic!("a ThreadPool task panicked");
         }
     }
+}
+
+/// Enter the published job if it is still open.
+fn try_join(s: &Shared) -> bool {
+    let mut cur = s.state.load(Ordering::SeqCst);
+    while cur & OPEN != 0 {
+        match s
+            .state
+            .compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => return true,
+            Err(v) => cur = v,
+        }
+    }
+    false
 }
 
 fn worker(s: &Shared) {
@@ -165,7 +188,7 @@ fn worker(s: &Shared) {
         let start = Instant::now();
         let mut i = 0u32;
         loop {
-            if s.epoch.load(Ordering::Acquire) != seen || s.shutdown.load(Ordering::Acquire) {
+            if s.epoch.load(Ordering::SeqCst) != seen || s.shutdown.load(Ordering::Acquire) {
                 break;
             }
             i = i.wrapping_add(1);
@@ -183,14 +206,15 @@ fn worker(s: &Shared) {
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        let ptr = s.job.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer was published before the epoch bump we observed
-        // and stays valid until we decrement `pending` (see `parallel_for`); the caller
-        // cannot start the next job before that, so it is the job of epoch `seen`.
-        if let Some(job) = unsafe { ptr.as_ref() } {
-            job.run_tasks();
-            job.pending.fetch_sub(1, Ordering::AcqRel);
+        seen = s.epoch.load(Ordering::SeqCst);
+        if try_join(s) {
+            let ptr = s.job.load(Ordering::SeqCst);
+            // SAFETY: we are counted in `state`, so the caller that published
+            // `ptr` is still waiting inside `parallel_for` and the job is alive.
+            if let Some(job) = unsafe { ptr.as_ref() } {
+                job.run_tasks();
+            }
+            s.state.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

@@ -1,0 +1,222 @@
+//! Times the quantized matmul on Qwen2.5-0.5B shapes for several batch sizes.
+//!
+//! cargo run -p npu-runtime --release --example kernel_bench -- \
+//!     [--threads N] [--isa avx512|avx2|portable] [--min-ms MS] [--only NAME]
+//!
+//! Weights are random but valid ggml blocks of each tensor's real type. GB/s is
+//! weight bytes (repacked, ≈ GGUF size) per call divided by the call's time.
+//! "forward" sums one Qwen2.5-0.5B step's matmuls (24 layers + lm_head) from
+//! the per-shape times: ffn_down is half Q4_K, half Q6_K, attn_v half Q5_0,
+//! half Q8_0 in the real file; the bench uses Q4_K and Q5_0 for those.
+
+use std::time::Instant;
+
+use npu_runtime::kernels::{matmul_with_isa, GgmlType, Isa, MatmulScratch, QMatrix, ThreadPool};
+
+fn random_ggml(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> Vec<u8> {
+    let mut next = || {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    };
+    let ts = ty.type_size();
+    let mut v = vec![0u8; rows * cols / ty.block_size() * ts];
+    for b in v.chunks_exact_mut(ts) {
+        b.iter_mut().for_each(|x| *x = next() as u8);
+        let d = half::f16::from_f32(0.01).to_le_bytes();
+        let at = if ty == GgmlType::Q6K { 208 } else { 0 };
+        b[at..at + 2].copy_from_slice(&d);
+        if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K) {
+            b[2..4].copy_from_slice(&d);
+        }
+    }
+    v
+}
+
+struct Shape {
+    name: &'static str,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    /// Occurrences in one Qwen2.5-0.5B forward pass.
+    per_forward: usize,
+}
+
+/// CPU time of the calling thread in ns (Linux schedstat), if available.
+/// With `--threads 1` it measures the kernel without time stolen by other
+/// processes on a shared machine.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| args[i + 1].clone())
+    };
+    let threads: usize = arg("--threads").map_or(2, |s| s.parse().expect("--threads"));
+    let min_ms: f64 = arg("--min-ms").map_or(300.0, |s| s.parse().expect("--min-ms"));
+    let only = arg("--only");
+    let use_cpu = !args.iter().any(|a| a == "--wall");
+    let isa = match arg("--isa").as_deref() {
+        Some("portable") => Isa::Portable,
+        Some("avx2") => Isa::Avx2,
+        Some("avx512") => Isa::Avx512Vnni,
+        None => Isa::available()[0],
+        Some(o) => panic!("unknown isa {o}"),
+    };
+    assert!(isa.is_supported(), "{isa:?} not supported on this CPU");
+    let ns: Vec<usize> = arg("--ns").map_or(vec![1, 2, 4, 8, 16, 32, 64], |s| {
+        s.split(',').map(|v| v.parse().expect("--ns")).collect()
+    });
+    let shapes = [
+        Shape {
+            name: "attn_q/o 896x896 q5_0",
+            ty: GgmlType::Q5_0,
+            rows: 896,
+            cols: 896,
+            per_forward: 48,
+        },
+        Shape {
+            name: "attn_k/v 128x896 q5_0",
+            ty: GgmlType::Q5_0,
+            rows: 128,
+            cols: 896,
+            per_forward: 48,
+        },
+        Shape {
+            name: "ffn_up/gate 4864x896 q5_0",
+            ty: GgmlType::Q5_0,
+            rows: 4864,
+            cols: 896,
+            per_forward: 48,
+        },
+        Shape {
+            name: "ffn_down 896x4864 q4_K",
+            ty: GgmlType::Q4K,
+            rows: 896,
+            cols: 4864,
+            per_forward: 12,
+        },
+        Shape {
+            name: "ffn_down 896x4864 q6_K",
+            ty: GgmlType::Q6K,
+            rows: 896,
+            cols: 4864,
+            per_forward: 12,
+        },
+        Shape {
+            name: "896x896 q8_0",
+            ty: GgmlType::Q8_0,
+            rows: 896,
+            cols: 896,
+            per_forward: 0,
+        },
+        Shape {
+            name: "896x896 q4_0",
+            ty: GgmlType::Q4_0,
+            rows: 896,
+            cols: 896,
+            per_forward: 0,
+        },
+        Shape {
+            name: "896x896 q4_1",
+            ty: GgmlType::Q4_1,
+            rows: 896,
+            cols: 896,
+            per_forward: 0,
+        },
+        Shape {
+            name: "lm_head 151936x896 q8_0",
+            ty: GgmlType::Q8_0,
+            rows: 151936,
+            cols: 896,
+            per_forward: 1,
+        },
+    ];
+    let pool = ThreadPool::new(threads);
+    let max_n = *ns.iter().max().unwrap();
+    let mut scratch = MatmulScratch::new(max_n, 4864);
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut forward_ms = vec![0f64; ns.len()];
+    println!(
+        "isa {isa:?}, threads {threads}, time = {}",
+        if threads == 1 && use_cpu {
+            "thread CPU time"
+        } else {
+            "wall clock"
+        }
+    );
+    println!(
+        "{:<28} {:>4} {:>10} {:>9} {:>10}",
+        "shape", "N", "ms/call", "GB/s", "ms/token"
+    );
+    for s in &shapes {
+        if only.as_deref().is_some_and(|o| !s.name.contains(o)) {
+            continue;
+        }
+        let w = QMatrix::from_ggml(
+            s.ty,
+            s.rows,
+            s.cols,
+            &random_ggml(s.ty, s.rows, s.cols, &mut seed),
+        )
+        .unwrap();
+        let x: Vec<f32> = (0..max_n * s.cols)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 250.0)
+            .collect();
+        let mut out = vec![0f32; max_n * s.rows];
+        for (ni, &n) in ns.iter().enumerate() {
+            let (x, out) = (&x[..n * s.cols], &mut out[..n * s.rows]);
+            matmul_with_isa(isa, &w, x, n, out, &mut scratch, &pool); // warm-up
+            let start = Instant::now();
+            let cpu0 = thread_cpu_ns();
+            let mut reps = 0u32;
+            while reps < 3 || start.elapsed().as_secs_f64() * 1e3 < min_ms {
+                matmul_with_isa(isa, &w, x, n, out, &mut scratch, &pool);
+                reps += 1;
+            }
+            let wall_ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+            let cpu_ms = match (cpu0, thread_cpu_ns()) {
+                (Some(a), Some(b)) => (b - a) as f64 / 1e6 / reps as f64,
+                _ => f64::NAN,
+            };
+            // Single-threaded, the caller's CPU time is the kernel's time.
+            let ms = if threads == 1 && use_cpu {
+                cpu_ms
+            } else {
+                wall_ms
+            };
+            let gbs = w.size_bytes() as f64 / (ms * 1e-3) / 1e9;
+            println!(
+                "{:<28} {:>4} {:>10.4} {:>9.2} {:>10.4}",
+                s.name,
+                n,
+                ms,
+                gbs,
+                ms / n as f64
+            );
+            forward_ms[ni] += ms * s.per_forward as f64;
+        }
+    }
+    if only.is_none() {
+        println!("\nQwen2.5-0.5B matmuls per forward pass (sum of the shapes above):");
+        println!(
+            "{:>4} {:>12} {:>12} {:>14}",
+            "N", "ms/forward", "cost(N)/cost(1)", "tokens/s (N=1)"
+        );
+        for (ni, &n) in ns.iter().enumerate() {
+            println!(
+                "{:>4} {:>12.3} {:>12.2} {:>14.1}",
+                n,
+                forward_ms[ni],
+                forward_ms[ni] / forward_ms[0],
+                1e3 / forward_ms[0]
+            );
+        }
+    }
+}
