@@ -1,0 +1,321 @@
+//! Backends execute compiled block graphs. The CPU backend "compiles" a graph by planning
+//! every buffer for its static shape; loading allocates them, so execution allocates
+//! nothing. A QNN backend implements the same trait with real graph compilation.
+
+use crate::attention::{attention, AttnDims, AttnScratch, BatchMask};
+use crate::error::{Result, RuntimeError};
+use crate::kernels::{matmul, MatmulScratch};
+use crate::kv_cache::KvCache;
+use crate::ops::{add_bias, add_in_place, rms_norm, silu_mul, RopeLayout, RopeTable};
+use crate::session::Model;
+use graphs::config::RopeStyle;
+use graphs::ir::{BlockSpec, GraphShape};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Token id used for padding rows: never a real token, never accepted (pitfall 7).
+pub const PAD_TOKEN: u32 = u32::MAX;
+
+/// Which rows of the last block's output go through the LM head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsRows {
+    /// Only the last valid row (written as row 0 of `logits`).
+    Last,
+    /// Every valid row.
+    All,
+}
+
+/// Inputs and outputs of one graph execution.
+pub struct BlockIo<'a> {
+    /// Token ids, `shape.tokens` long (padding rows = [`PAD_TOKEN`]); read by a first block.
+    pub tokens: &'a [u32],
+    /// Hidden states `[shape.tokens][n_embd]`: written by a first block, read and updated
+    /// by every later block.
+    pub hidden: &'a mut [f32],
+    pub kv: &'a mut KvCache,
+    /// Valid rows, their tree/causal visibility and depths.
+    pub mask: &'a BatchMask,
+    /// Committed tokens; new rows go to KV slots `n_past + i`.
+    pub n_past: usize,
+    /// Last block only: where logits go (`[rows][vocab]`).
+    pub logits: &'a mut [f32],
+    pub logits_rows: LogitsRows,
+}
+
+/// Timing counters a profiler reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GraphStats {
+    pub compile: Duration,
+    pub load: Duration,
+    pub last_execute: Duration,
+    pub total_execute: Duration,
+    pub executions: u64,
+}
+
+pub trait Backend {
+    type Graph;
+    fn name(&self) -> &'static str;
+    /// Build a graph for `block` at `shape` (not yet resident).
+    fn compile(&self, block: &BlockSpec, shape: GraphShape) -> Result<Self::Graph>;
+    /// Make the graph executable (allocate / upload its buffers).
+    fn load(&self, graph: &mut Self::Graph) -> Result<()>;
+    /// Release the graph's resident buffers (it can be loaded again).
+    fn unload(&self, graph: &mut Self::Graph);
+    fn is_loaded(&self, graph: &Self::Graph) -> bool;
+    fn execute(&self, graph: &mut Self::Graph, io: BlockIo<'_>) -> Result<()>;
+    fn stats(&self, graph: &Self::Graph) -> GraphStats;
+    fn block<'g>(&self, graph: &'g Self::Graph) -> &'g BlockSpec;
+    fn shape(&self, graph: &Self::Graph) -> GraphShape;
+}
+
+/// CPU backend: weights stay in the shared [`Model`]; graphs own activation buffers.
+pub struct CpuBackend {
+    model: Arc<Model>,
+    rope: Arc<RopeTable>,
+    kv_capacity: usize,
+}
+
+impl CpuBackend {
+    /// A backend for graphs with up to `kv_capacity` KV slots.
+    pub fn new(model: Arc<Model>, kv_capacity: usize) -> Self {
+        let c = model.config();
+        let layout = match c.rope_style {
+            RopeStyle::Normal => RopeLayout::Adjacent,
+            RopeStyle::Neox => RopeLayout::Halves,
+        };
+        let rope = Arc::new(RopeTable::new(c.head_dim, c.rope_theta, kv_capacity, layout));
+        CpuBackend {
+            model,
+            rope,
+            kv_capacity,
+        }
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+}
+
+/// Activation buffers of one graph.
+struct Buffers {
+    x_norm: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn_bits: Vec<AtomicU32>,
+    attn: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    mm: MatmulScratch,
+    attn_scratch: AttnScratch,
+}
+
+pub struct CpuGraph {
+    block: BlockSpec,
+    shape: GraphShape,
+    bufs: Option<Buffers>,
+    stats: GraphStats,
+}
+
+impl Backend for CpuBackend {
+    type Graph = CpuGraph;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn compile(&self, block: &BlockSpec, shape: GraphShape) -> Result<CpuGraph> {
+        let t0 = Instant::now();
+        let n_layer = self.model.config().n_layer;
+        if block.layers.is_empty() || block.layers.end > n_layer {
+            return Err(RuntimeError::Backend(format!(
+                "block layers {:?} outside the model's {n_layer} layers",
+                block.layers
+            )));
+        }
+        if shape.tokens == 0 || shape.tokens > u16::MAX as usize {
+            return Err(RuntimeError::Backend(format!("bad token count {}", shape.tokens)));
+        }
+        if shape.kv_capacity > self.kv_capacity {
+            return Err(RuntimeError::Backend(format!(
+                "graph KV capacity {} exceeds the backend's {}",
+                shape.kv_capacity, self.kv_capacity
+            )));
+        }
+        let stats = GraphStats {
+            compile: t0.elapsed(),
+            ..GraphStats::default()
+        };
+        Ok(CpuGraph {
+            block: block.clone(),
+            shape,
+            bufs: None,
+            stats,
+        })
+    }
+
+    fn load(&self, g: &mut CpuGraph) -> Result<()> {
+        if g.bufs.is_some() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let c = self.model.config();
+        let t = g.shape.tokens;
+        let q_dim = c.n_head * c.head_dim;
+        let kv_dim = c.n_head_kv * c.head_dim;
+        let max_cols = c.n_embd.max(c.n_ff).max(q_dim);
+        let threads = self.model.pool().n_threads();
+        g.bufs = Some(Buffers {
+            x_norm: vec![0.0; t * c.n_embd],
+            q: vec![0.0; t * q_dim],
+            k: vec![0.0; t * kv_dim],
+            v: vec![0.0; t * kv_dim],
+            attn_bits: (0..t * q_dim).map(|_| AtomicU32::new(0)).collect(),
+            attn: vec![0.0; t * q_dim],
+            proj: vec![0.0; t * c.n_embd],
+            gate: vec![0.0; t * c.n_ff],
+            up: vec![0.0; t * c.n_ff],
+            mm: MatmulScratch::new(t, max_cols),
+            attn_scratch: AttnScratch::new(4 * threads, g.shape.kv_capacity, c.head_dim),
+        });
+        g.stats.load = t0.elapsed();
+        Ok(())
+    }
+
+    fn unload(&self, g: &mut CpuGraph) {
+        g.bufs = None;
+    }
+
+    fn is_loaded(&self, g: &CpuGraph) -> bool {
+        g.bufs.is_some()
+    }
+
+    fn stats(&self, g: &CpuGraph) -> GraphStats {
+        g.stats
+    }
+
+    fn block<'g>(&self, g: &'g CpuGraph) -> &'g BlockSpec {
+        &g.block
+    }
+
+    fn shape(&self, g: &CpuGraph) -> GraphShape {
+        g.shape
+    }
+
+    fn execute(&self, g: &mut CpuGraph, io: BlockIo<'_>) -> Result<()> {
+        let t0 = Instant::now();
+        let model = &*self.model;
+        let c = model.config();
+        let w = model.weights();
+        let pool = model.pool();
+        let t = g.shape.tokens;
+        let e = c.n_embd;
+        let n = io.mask.n_valid();
+        let b = g
+            .bufs
+            .as_mut()
+            .ok_or_else(|| RuntimeError::Backend("graph executed before load".into()))?;
+        if n == 0 || n > t || io.tokens.len() < t || io.hidden.len() < t * e {
+            return Err(RuntimeError::Backend(format!(
+                "batch of {n} rows does not fit a graph of {t} tokens"
+            )));
+        }
+        if io.n_past + n > g.shape.kv_capacity.min(io.kv.capacity()) {
+            return Err(RuntimeError::Capacity(format!(
+                "{} past + {n} new tokens exceed the KV capacity {}",
+                io.n_past,
+                g.shape.kv_capacity.min(io.kv.capacity())
+            )));
+        }
+        let hidden = &mut io.hidden[..t * e];
+        if g.block.first {
+            for (row, &tok) in hidden.chunks_exact_mut(e).zip(&io.tokens[..t]) {
+                if (tok as usize) < c.vocab_size {
+                    w.token_embd.dequantize_row(tok as usize, row);
+                } else {
+                    // Padding (or invalid) rows carry zeros; the mask keeps them inert.
+                    row.fill(0.0);
+                }
+            }
+        }
+        let q_dim = c.n_head * c.head_dim;
+        let kv_dim = c.n_head_kv * c.head_dim;
+        let dims = AttnDims {
+            n_head: c.n_head,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+        };
+        let run = |k: usize, f: &(dyn Fn(usize) + Sync)| pool.parallel_for(k, f);
+        for layer in g.block.layers.clone() {
+            let lw = &w.layers[layer];
+            rms_norm(hidden, &lw.attn_norm, c.rms_eps, &mut b.x_norm);
+            matmul(&lw.wq, &b.x_norm, t, &mut b.q, &mut b.mm, pool);
+            matmul(&lw.wk, &b.x_norm, t, &mut b.k, &mut b.mm, pool);
+            matmul(&lw.wv, &b.x_norm, t, &mut b.v, &mut b.mm, pool);
+            if let (Some(bq), Some(bk), Some(bv)) = (&lw.bq, &lw.bk, &lw.bv) {
+                add_bias(&mut b.q, bq);
+                add_bias(&mut b.k, bk);
+                add_bias(&mut b.v, bv);
+            }
+            for i in 0..n {
+                let pos = io.n_past + io.mask.depth(i);
+                self.rope.apply(&mut b.q[i * q_dim..(i + 1) * q_dim], pos);
+                self.rope.apply(&mut b.k[i * kv_dim..(i + 1) * kv_dim], pos);
+                io.kv.write(
+                    layer,
+                    io.n_past + i,
+                    &b.k[i * kv_dim..(i + 1) * kv_dim],
+                    &b.v[i * kv_dim..(i + 1) * kv_dim],
+                );
+            }
+            let (kc, vc) = io.kv.layer(layer, io.n_past + n);
+            attention(
+                &b.q,
+                kc,
+                vc,
+                io.n_past,
+                io.mask,
+                dims,
+                &b.attn_scratch,
+                &b.attn_bits,
+                &run,
+            );
+            for (dst, src) in b.attn[..n * q_dim].iter_mut().zip(&b.attn_bits) {
+                *dst = f32::from_bits(src.load(Ordering::Relaxed));
+            }
+            b.attn[n * q_dim..].fill(0.0);
+            matmul(&lw.wo, &b.attn, t, &mut b.proj, &mut b.mm, pool);
+            add_in_place(hidden, &b.proj);
+            rms_norm(hidden, &lw.ffn_norm, c.rms_eps, &mut b.x_norm);
+            matmul(&lw.w_gate, &b.x_norm, t, &mut b.gate, &mut b.mm, pool);
+            matmul(&lw.w_up, &b.x_norm, t, &mut b.up, &mut b.mm, pool);
+            silu_mul(&mut b.gate, &b.up);
+            matmul(&lw.w_down, &b.gate, t, &mut b.proj, &mut b.mm, pool);
+            add_in_place(hidden, &b.proj);
+        }
+        if g.block.last {
+            let (first_row, rows) = match io.logits_rows {
+                LogitsRows::Last => (n - 1, 1),
+                LogitsRows::All => (0, n),
+            };
+            let v = c.vocab_size;
+            if io.logits.len() < rows * v {
+                return Err(RuntimeError::Backend("logits buffer too small".into()));
+            }
+            let xs = &mut b.x_norm[..rows * e];
+            rms_norm(&hidden[first_row * e..(first_row + rows) * e], &w.output_norm, c.rms_eps, xs);
+            let lm = w.lm_head();
+            // The LM head is split into row groups of the graph's token count so the
+            // matmul scratch (sized for `t` tokens) always fits.
+            for (xc, oc) in xs.chunks(t * e).zip(io.logits[..rows * v].chunks_mut(t * v)) {
+                matmul(lm, xc, xc.len() / e, oc, &mut b.mm, pool);
+            }
+        }
+        g.stats.last_execute = t0.elapsed();
+        g.stats.total_execute += g.stats.last_execute;
+        g.stats.executions += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,511 @@
+//! Loaded models and per-conversation sessions: chunked prefill, tree-shaped verification
+//! batches, commit/rollback of the KV cache, greedy generation.
+
+use crate::attention::BatchMask;
+use crate::backend::{Backend, BlockIo, CpuBackend, CpuGraph, LogitsRows, PAD_TOKEN};
+use crate::error::{Result, RuntimeError};
+use crate::kernels::ThreadPool;
+use crate::kv_cache::KvCache;
+use crate::weights::ModelWeights;
+use graphs::config::ModelConfig;
+use graphs::gguf::GgufFile;
+use graphs::ir::{cover_with_shapes, decode_shape_for, BlockSpec, GraphShape, DECODE_SHAPES};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Compute threads (caller included); 0 = all available cores.
+    pub threads: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { threads: 0 }
+    }
+}
+
+/// A loaded model, shareable between sessions.
+pub struct Model {
+    path: PathBuf,
+    config: ModelConfig,
+    weights: ModelWeights,
+    pool: ThreadPool,
+    eog: Vec<u32>,
+}
+
+impl Model {
+    pub fn load(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
+        let f = GgufFile::open(path)
+            .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
+        let config = ModelConfig::from_gguf(&f)
+            .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
+        let weights = ModelWeights::load(&f, &config)?;
+        let threads = if opts.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            opts.threads
+        };
+        let mut eog: Vec<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
+            .iter()
+            .filter_map(|k| f.get_u32(k))
+            .filter(|&t| (t as usize) < config.vocab_size)
+            .collect();
+        eog.sort_unstable();
+        eog.dedup();
+        Ok(Arc::new(Model {
+            path: path.to_path_buf(),
+            config,
+            weights,
+            pool: ThreadPool::new(threads),
+            eog,
+        }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn weights(&self) -> &ModelWeights {
+        &self.weights
+    }
+
+    pub fn pool(&self) -> &ThreadPool {
+        &self.pool
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    /// True for tokens that end a generation (EOS / end-of-turn).
+    pub fn is_eog(&self, token: u32) -> bool {
+        self.eog.contains(&token)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// KV slots (maximum context: committed tokens + one verification batch).
+    pub kv_capacity: usize,
+    /// Tokens per prefill-graph run (G1).
+    pub prefill_chunk: usize,
+    /// Largest decode/verify graph (G2 ladder up to this size, a power of two <= 64).
+    pub max_verify: usize,
+    /// Number of layer blocks the model is cut into (each compiled separately).
+    pub blocks: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            kv_capacity: 4096,
+            prefill_chunk: graphs::ir::DEFAULT_PREFILL_TOKENS,
+            max_verify: 64,
+            blocks: 1,
+        }
+    }
+}
+
+/// Result of [`Session::prefill`].
+pub struct PrefillOutput<'a> {
+    /// Next-token logits after the last prompt token.
+    pub logits: &'a [f32],
+    /// Per prompt position (when asked): top-k `(token, logit)` successors, best first.
+    pub topk: &'a [Vec<(u32, f32)>],
+}
+
+/// One graph per block for one shape.
+struct ShapeGraphs {
+    tokens: usize,
+    graphs: Vec<CpuGraph>,
+}
+
+/// One conversation: KV cache plus every preplanned buffer.
+pub struct Session {
+    model: Arc<Model>,
+    backend: CpuBackend,
+    opts: SessionOptions,
+    kv: KvCache,
+    /// Prefill shape first (if distinct), then the decode ladder ascending.
+    shapes: Vec<ShapeGraphs>,
+    mask: BatchMask,
+    tokens: Vec<u32>,
+    hidden: Vec<f32>,
+    logits: Vec<f32>,
+    topk: Vec<Vec<(u32, f32)>>,
+    last_parents: Vec<i32>,
+    last_batch: usize,
+}
+
+impl Session {
+    pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Self> {
+        let c = model.config().clone();
+        if opts.kv_capacity == 0 || opts.kv_capacity > c.ctx_len {
+            return Err(RuntimeError::Capacity(format!(
+                "kv_capacity {} must be in 1..={} (the model's context length)",
+                opts.kv_capacity, c.ctx_len
+            )));
+        }
+        if opts.prefill_chunk == 0 || opts.prefill_chunk > 4096 {
+            return Err(RuntimeError::InvalidInput("prefill_chunk must be in 1..=4096".into()));
+        }
+        if !DECODE_SHAPES.contains(&opts.max_verify) {
+            return Err(RuntimeError::InvalidInput(format!(
+                "max_verify must be one of {DECODE_SHAPES:?}"
+            )));
+        }
+        let backend = CpuBackend::new(model.clone(), opts.kv_capacity);
+        let blocks = BlockSpec::split(c.n_layer, opts.blocks);
+        let mut sizes: Vec<usize> = DECODE_SHAPES
+            .iter()
+            .copied()
+            .filter(|&s| s <= opts.max_verify)
+            .collect();
+        if !sizes.contains(&opts.prefill_chunk) {
+            sizes.push(opts.prefill_chunk);
+        }
+        let mut shapes = Vec::with_capacity(sizes.len());
+        for &t in &sizes {
+            let mut graphs = Vec::with_capacity(blocks.len());
+            for b in &blocks {
+                let mut g = backend.compile(b, GraphShape::new(t, opts.kv_capacity))?;
+                backend.load(&mut g)?;
+                graphs.push(g);
+            }
+            shapes.push(ShapeGraphs { tokens: t, graphs });
+        }
+        let max_t = opts.prefill_chunk.max(opts.max_verify);
+        Ok(Session {
+            kv: KvCache::new(c.n_layer, c.n_head_kv, c.head_dim, opts.kv_capacity),
+            mask: BatchMask::new(max_t),
+            tokens: vec![PAD_TOKEN; max_t],
+            hidden: vec![0.0; max_t * c.n_embd],
+            logits: vec![0.0; max_t * c.vocab_size],
+            topk: Vec::new(),
+            last_parents: Vec::with_capacity(opts.max_verify),
+            last_batch: 0,
+            shapes,
+            backend,
+            opts,
+            model,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn options(&self) -> &SessionOptions {
+        &self.opts
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.kv.n_past()
+    }
+
+    pub fn kv_capacity(&self) -> usize {
+        self.kv.capacity()
+    }
+
+    /// Read access to the KV cache (tests, diagnostics).
+    pub fn kv_cache(&self) -> &KvCache {
+        &self.kv
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let v = self.model.vocab_size();
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= v) {
+            return Err(RuntimeError::InvalidInput(format!(
+                "token id {t} outside the vocabulary of {v}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_room(&self, n: usize) -> Result<()> {
+        if n > self.kv.free() {
+            return Err(RuntimeError::Capacity(format!(
+                "{n} new tokens do not fit: {} of {} KV slots used (context too long)",
+                self.kv.n_past(),
+                self.kv.capacity()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Run every block of the graph set for `shape_tokens` on the first `n` staged tokens
+    /// (the mask is already set).
+    fn run(&mut self, shape_tokens: usize, rows: LogitsRows) -> Result<()> {
+        let Session {
+            backend,
+            shapes,
+            kv,
+            mask,
+            tokens,
+            hidden,
+            logits,
+            model,
+            ..
+        } = self;
+        let e = model.config().n_embd;
+        let set = shapes
+            .iter_mut()
+            .find(|s| s.tokens == shape_tokens)
+            .ok_or_else(|| RuntimeError::Backend(format!("no graph of {shape_tokens} tokens")))?;
+        let n_past = kv.n_past();
+        for g in set.graphs.iter_mut() {
+            backend.execute(
+                g,
+                BlockIo {
+                    tokens: &tokens[..shape_tokens],
+                    hidden: &mut hidden[..shape_tokens * e],
+                    kv,
+                    mask,
+                    n_past,
+                    logits,
+                    logits_rows: rows,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Chunked causal prefill of `tokens` after the committed context. Returns the last
+    /// position's logits and, if `topk > 0`, the top-k successors of every prompt position.
+    pub fn prefill(&mut self, tokens: &[u32], topk: usize) -> Result<PrefillOutput<'_>> {
+        if tokens.is_empty() {
+            return Err(RuntimeError::InvalidInput("prefill of an empty prompt".into()));
+        }
+        self.check_tokens(tokens)?;
+        self.check_room(tokens.len())?;
+        self.last_batch = 0;
+        let v = self.model.vocab_size();
+        let topk = topk.min(v);
+        self.topk.truncate(tokens.len());
+        self.topk.resize_with(tokens.len(), Vec::new);
+        let runs = cover_with_shapes(tokens.len(), self.opts.prefill_chunk, self.opts.max_verify);
+        let rows = if topk > 0 { LogitsRows::All } else { LogitsRows::Last };
+        let mut off = 0;
+        let mut last_row = 0;
+        for r in runs {
+            self.tokens[..r].copy_from_slice(&tokens[off..off + r]);
+            self.mask.set_causal(r)?;
+            self.run(r, rows)?;
+            self.kv.advance(r)?;
+            if topk > 0 {
+                for i in 0..r {
+                    top_k_into(&self.logits[i * v..(i + 1) * v], topk, &mut self.topk[off + i]);
+                }
+                last_row = r - 1;
+            }
+            off += r;
+        }
+        if topk == 0 {
+            self.topk.clear();
+        }
+        Ok(PrefillOutput {
+            logits: &self.logits[last_row * v..(last_row + 1) * v],
+            topk: &self.topk,
+        })
+    }
+
+    /// One forward over new tokens arranged as a tree (`parents[i] = -1`: child of the last
+    /// committed token; else the index `< i` of its parent). Node i sits at position
+    /// `n_past + depth(i) - 1`; KV rows go to scratch slots `n_past + i` (`n_past` is
+    /// unchanged). Returns `tokens.len() x vocab` logits.
+    pub fn forward_tree(&mut self, tokens: &[u32], parents: &[i32]) -> Result<&[f32]> {
+        self.forward_tree_inner(tokens, parents)?;
+        let v = self.model.vocab_size();
+        Ok(&self.logits[..tokens.len() * v])
+    }
+
+    fn forward_tree_inner(&mut self, tokens: &[u32], parents: &[i32]) -> Result<()> {
+        let n = tokens.len();
+        if parents.len() != n {
+            return Err(RuntimeError::InvalidInput(format!(
+                "{n} tokens but {} parents",
+                parents.len()
+            )));
+        }
+        let shape = decode_shape_for(n, self.opts.max_verify)
+            .filter(|_| n > 0)
+            .ok_or_else(|| {
+                RuntimeError::InvalidInput(format!(
+                    "tree batch of {n} tokens: must be 1..={}",
+                    self.opts.max_verify
+                ))
+            })?;
+        self.check_tokens(tokens)?;
+        self.check_room(n)?;
+        self.last_batch = 0;
+        self.mask.set_tree(parents)?;
+        self.tokens[..n].copy_from_slice(tokens);
+        self.tokens[n..shape].fill(PAD_TOKEN);
+        self.run(shape, LogitsRows::All)?;
+        self.last_parents.clear();
+        self.last_parents.extend_from_slice(parents);
+        self.last_batch = n;
+        Ok(())
+    }
+
+    /// Keep the KV rows of the last batch's nodes `path` (root-to-leaf) as positions
+    /// `n_past..`, drop the rest.
+    pub fn commit(&mut self, path: &[usize]) -> Result<()> {
+        if self.last_batch == 0 {
+            return Err(RuntimeError::InvalidInput(
+                "commit without a preceding forward_tree batch".into(),
+            ));
+        }
+        let mut expect = -1i32;
+        for &p in path {
+            if p >= self.last_batch || self.last_parents[p] != expect {
+                return Err(RuntimeError::InvalidInput(format!(
+                    "commit path {path:?} is not a root-to-leaf chain of the last batch"
+                )));
+            }
+            expect = p as i32;
+        }
+        self.kv.compact(path, self.last_batch)?;
+        self.last_batch = 0;
+        Ok(())
+    }
+
+    /// Roll back to `n` committed tokens.
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        self.kv.truncate(n)?;
+        self.last_batch = 0;
+        Ok(())
+    }
+
+    /// Feed one token and commit it; returns the next-token logits.
+    pub fn decode_step(&mut self, token: u32) -> Result<&[f32]> {
+        self.forward_tree_inner(&[token], &[-1])?;
+        self.commit(&[0])?;
+        let v = self.model.vocab_size();
+        Ok(&self.logits[..v])
+    }
+}
+
+/// Index of the largest logit; ties go to the lowest id (pitfall 2). NaN never wins.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > best_v {
+            best = i;
+            best_v = x;
+        }
+    }
+    best as u32
+}
+
+/// Top-k `(id, logit)` of one row into `out`, best first, ties to the lower id.
+pub fn top_k_into(logits: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
+    out.clear();
+    for (i, &x) in logits.iter().enumerate() {
+        if x.is_nan() || (out.len() == k && x <= out[k - 1].1) {
+            continue;
+        }
+        let pos = out.partition_point(|&(_, v)| v >= x);
+        if out.len() == k {
+            out.pop();
+        }
+        out.insert(pos, (i as u32, x));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    MaxTokens,
+    EndOfGeneration,
+    Callback,
+    ContextFull,
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    pub generated: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    /// Decode steps (tokens fed back) per second; excludes the prefill-produced token.
+    pub decode_tok_s: f64,
+    pub stop: StopReason,
+}
+
+/// Plain greedy decoding after prefilling `prompt` (appended to the session's context).
+/// `on_token` receives every generated token (end-of-generation tokens are not emitted);
+/// returning false stops.
+pub fn generate_greedy(
+    session: &mut Session,
+    prompt: &[u32],
+    max_tokens: usize,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Result<GenerationStats> {
+    let t0 = Instant::now();
+    let mut tok = argmax(session.prefill(prompt, 0)?.logits);
+    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    let mut generated = 0;
+    let mut steps = 0usize;
+    let stop = loop {
+        if generated == max_tokens {
+            break StopReason::MaxTokens;
+        }
+        if session.model().is_eog(tok) {
+            break StopReason::EndOfGeneration;
+        }
+        generated += 1;
+        if !on_token(tok) {
+            break StopReason::Callback;
+        }
+        if generated == max_tokens {
+            break StopReason::MaxTokens;
+        }
+        if session.kv.free() == 0 {
+            break StopReason::ContextFull;
+        }
+        tok = argmax(session.decode_step(tok)?);
+        steps += 1;
+    };
+    let decode_s = t1.elapsed().as_secs_f64();
+    Ok(GenerationStats {
+        prompt_tokens: prompt.len(),
+        generated,
+        prefill_ms,
+        decode_ms: decode_s * 1e3,
+        decode_tok_s: if decode_s > 0.0 { steps as f64 / decode_s } else { 0.0 },
+        stop,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argmax_ties_go_to_lowest_id() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 0.5, 0.5]), 1);
+        assert_eq!(argmax(&[-1.0]), 0);
+    }
+
+    #[test]
+    fn top_k_is_sorted_and_stable() {
+        let mut out = Vec::new();
+        top_k_into(&[0.1, 5.0, 3.0, 5.0, f32::NAN, 4.0], 3, &mut out);
+        assert_eq!(out, vec![(1, 5.0), (3, 5.0), (5, 4.0)]);
+        top_k_into(&[2.0], 4, &mut out);
+        assert_eq!(out, vec![(0, 2.0)]);
+    }
+}

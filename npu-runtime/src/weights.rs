@@ -1,0 +1,190 @@
+//! Transformer weights (llama, qwen2) loaded from GGUF into kernel matrices.
+//!
+//! GGUF stores a linear layer as `dims = [cols (input), rows (output)]`, row-major by output
+//! feature, which is exactly the `QMatrix` layout. Norm weights and biases become f32.
+
+use crate::error::{Result, RuntimeError};
+use crate::kernels::{GgmlType as KType, QMatrix};
+use graphs::config::{layer_tensor_name, ModelConfig};
+use graphs::gguf::{GgufFile, TensorInfo};
+use graphs::quant::GgmlType;
+
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: QMatrix,
+    pub wk: QMatrix,
+    pub wv: QMatrix,
+    /// qwen2 only.
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub wo: QMatrix,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: QMatrix,
+    pub w_up: QMatrix,
+    pub w_down: QMatrix,
+}
+
+pub struct ModelWeights {
+    /// `vocab` rows of `n_embd`; also the LM head when embeddings are tied.
+    pub token_embd: QMatrix,
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Vec<f32>,
+    /// `None` when tied to `token_embd`.
+    pub output: Option<QMatrix>,
+}
+
+impl ModelWeights {
+    pub fn load(f: &GgufFile, cfg: &ModelConfig) -> Result<Self> {
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            let m = |n: &str| matrix(f, &layer_tensor_name(l, n));
+            let v = |n: &str| vector(f, &layer_tensor_name(l, n));
+            let bias = |n: &str| -> Result<Option<Vec<f32>>> {
+                if cfg.has_qkv_bias {
+                    v(n).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(LayerWeights {
+                attn_norm: v("attn_norm.weight")?,
+                wq: m("attn_q.weight")?,
+                wk: m("attn_k.weight")?,
+                wv: m("attn_v.weight")?,
+                bq: bias("attn_q.bias")?,
+                bk: bias("attn_k.bias")?,
+                bv: bias("attn_v.bias")?,
+                wo: m("attn_output.weight")?,
+                ffn_norm: v("ffn_norm.weight")?,
+                w_gate: m("ffn_gate.weight")?,
+                w_up: m("ffn_up.weight")?,
+                w_down: m("ffn_down.weight")?,
+            });
+        }
+        let w = ModelWeights {
+            token_embd: matrix(f, "token_embd.weight")?,
+            layers,
+            output_norm: vector(f, "output_norm.weight")?,
+            output: if cfg.tied_embeddings {
+                None
+            } else {
+                Some(matrix(f, "output.weight")?)
+            },
+        };
+        w.check_shapes(cfg)?;
+        Ok(w)
+    }
+
+    pub fn lm_head(&self) -> &QMatrix {
+        self.output.as_ref().unwrap_or(&self.token_embd)
+    }
+
+    /// Bytes of weight data held (for memory reports).
+    pub fn bytes(&self) -> usize {
+        let q = |m: &QMatrix| m.rows() * m.ggml_type().row_bytes(m.cols()).unwrap_or(0);
+        let mut n = q(&self.token_embd) + self.output.as_ref().map_or(0, q);
+        for l in &self.layers {
+            n += q(&l.wq) + q(&l.wk) + q(&l.wv) + q(&l.wo);
+            n += q(&l.w_gate) + q(&l.w_up) + q(&l.w_down);
+        }
+        n
+    }
+
+    fn check_shapes(&self, cfg: &ModelConfig) -> Result<()> {
+        let q_dim = cfg.n_head * cfg.head_dim;
+        let kv_dim = cfg.n_head_kv * cfg.head_dim;
+        let (e, ff) = (cfg.n_embd, cfg.n_ff);
+        let want = |name: &str, m: &QMatrix, rows: usize, cols: usize| -> Result<()> {
+            if m.rows() != rows || m.cols() != cols {
+                return Err(RuntimeError::Model(format!(
+                    "{name}: shape {}x{}, expected {rows}x{cols}",
+                    m.rows(),
+                    m.cols()
+                )));
+            }
+            Ok(())
+        };
+        want("token_embd", &self.token_embd, cfg.vocab_size, e)?;
+        want("lm_head", self.lm_head(), cfg.vocab_size, e)?;
+        for l in &self.layers {
+            want("attn_q", &l.wq, q_dim, e)?;
+            want("attn_k", &l.wk, kv_dim, e)?;
+            want("attn_v", &l.wv, kv_dim, e)?;
+            want("attn_output", &l.wo, e, q_dim)?;
+            want("ffn_gate", &l.w_gate, ff, e)?;
+            want("ffn_up", &l.w_up, ff, e)?;
+            want("ffn_down", &l.w_down, e, ff)?;
+            let lens = [
+                (l.attn_norm.len(), e),
+                (l.ffn_norm.len(), e),
+                (l.bq.as_ref().map_or(q_dim, Vec::len), q_dim),
+                (l.bk.as_ref().map_or(kv_dim, Vec::len), kv_dim),
+                (l.bv.as_ref().map_or(kv_dim, Vec::len), kv_dim),
+            ];
+            if lens.iter().any(|(a, b)| a != b) {
+                return Err(RuntimeError::Model("norm or bias length mismatch".into()));
+            }
+        }
+        if self.output_norm.len() != e {
+            return Err(RuntimeError::Model("output_norm length mismatch".into()));
+        }
+        Ok(())
+    }
+}
+
+fn kernel_type(t: GgmlType) -> Option<KType> {
+    Some(match t {
+        GgmlType::F32 => KType::F32,
+        GgmlType::F16 => KType::F16,
+        GgmlType::Q4_0 => KType::Q4_0,
+        GgmlType::Q4_1 => KType::Q4_1,
+        GgmlType::Q5_0 => KType::Q5_0,
+        GgmlType::Q5_1 => KType::Q5_1,
+        GgmlType::Q8_0 => KType::Q8_0,
+        GgmlType::Q4K => KType::Q4K,
+        GgmlType::Q6K => KType::Q6K,
+        _ => return None,
+    })
+}
+
+fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo> {
+    f.tensor(name)
+        .ok_or_else(|| RuntimeError::Model(format!("missing tensor '{name}'")))
+}
+
+fn matrix(f: &GgufFile, name: &str) -> Result<QMatrix> {
+    let t = info(f, name)?;
+    if t.dims.len() != 2 {
+        return Err(RuntimeError::Model(format!(
+            "{name}: expected 2 dimensions, got {:?}",
+            t.dims
+        )));
+    }
+    let ty = kernel_type(t.ggml_type).ok_or_else(|| {
+        RuntimeError::Model(format!(
+            "{name}: tensor type {:?} is not supported by the CPU kernels",
+            t.ggml_type
+        ))
+    })?;
+    QMatrix::from_ggml(ty, t.n_rows(), t.row_len(), f.tensor_data(t))
+        .map_err(|e| RuntimeError::Model(format!("{name}: {e}")))
+}
+
+fn vector(f: &GgufFile, name: &str) -> Result<Vec<f32>> {
+    let t = info(f, name)?;
+    let n = t.n_elements() as usize;
+    let ty = kernel_type(t.ggml_type)
+        .filter(|k| matches!(k, KType::F32 | KType::F16))
+        .ok_or_else(|| {
+            RuntimeError::Model(format!(
+                "{name}: expected an f32/f16 vector, got {:?}",
+                t.ggml_type
+            ))
+        })?;
+    let m = QMatrix::from_ggml(ty, 1, n, f.tensor_data(t))
+        .map_err(|e| RuntimeError::Model(format!("{name}: {e}")))?;
+    let mut out = vec![0.0; n];
+    m.dequantize_row(0, &mut out);
+    Ok(out)
+}
