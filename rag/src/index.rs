@@ -1,0 +1,709 @@
+//! The incremental indexer and the query side of the index.
+//!
+//! Layout of an index directory: `store.sqlite` (source of truth, WAL), `bm25/` (tantivy,
+//! derived), `hnsw-<gen>-<vgen>.*` + `dense.json` (HNSW dump, derived). Commit protocol:
+//! 1. changed files are parsed and chunked outside any transaction;
+//! 2. one SQLite transaction replaces their documents and chunks and bumps `generation`
+//!    (this commit is the commit point: a crash before it loses nothing committed, a crash
+//!    after it leaves derived indexes behind, never the store);
+//! 3. tantivy applies the same change and commits with the generation as its payload;
+//! 4. missing embeddings are computed per content hash and committed (bumping
+//!    `vectors_generation`); 5. the HNSW graph is reconciled with the store and dumped.
+//! A writer that finds the tantivy payload behind the store rebuilds BM25 from SQLite;
+//! any process that finds the HNSW dump behind the store rebuilds it from stored vectors.
+
+use crate::ann::{HnswIndex, VectorIndex};
+use crate::bm25::{Bm25, Bm25Doc};
+use crate::embed_api::Embedder;
+use crate::hybrid::{rrf, RRF_K};
+use crate::store::{self, ChunkRow, NewChunk, NewDoc};
+use anyhow::{bail, Context, Result};
+use corpus_tools::walk::{walk, WalkOptions};
+use corpus_tools::{chunk_doc, parse_isolated, ChunkOptions, ParseLimits};
+use rusqlite::Connection;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+pub type Chunk = ChunkRow;
+pub type TokenCounter = Arc<dyn Fn(&str) -> usize + Send + Sync>;
+
+/// Bump when parsing/chunking changes output for the same bytes: forces re-chunking.
+const PIPELINE_VERSION: u32 = 1;
+
+#[derive(Clone)]
+pub struct IndexOptions {
+    pub chunk: ChunkOptions,
+    pub limits: ParseLimits,
+    pub include_hidden: bool,
+    /// Texts per embedder call.
+    pub embed_batch: usize,
+    /// Commit the store (and BM25) after this many new chunks.
+    pub commit_every_chunks: usize,
+    /// Token counter for chunk sizes; default: corpus-tools' word-piece estimate.
+    pub token_counter: Option<TokenCounter>,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            chunk: ChunkOptions::default(),
+            limits: ParseLimits::default(),
+            include_hidden: false,
+            embed_batch: 32,
+            commit_every_chunks: 2000,
+            token_counter: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Scan,
+    Parse,
+    Embed,
+    Finish,
+}
+
+#[derive(Debug, Clone)]
+pub struct IndexProgress {
+    pub phase: Phase,
+    pub done: u64,
+    pub total: u64,
+    pub current: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct IndexSummary {
+    pub files_seen: u64,
+    /// New or changed files parsed this run.
+    pub files_indexed: u64,
+    pub files_unchanged: u64,
+    pub files_removed: u64,
+    /// Skipped this run, per reason (unsupported, binary, too-large, timeout, ...).
+    pub skipped: BTreeMap<String, u64>,
+    pub walk_errors: u64,
+    pub chunks_added: u64,
+    pub chunks_removed: u64,
+    pub chunks_total: u64,
+    pub chunks_embedded: u64,
+    pub generation: u64,
+    pub elapsed: Duration,
+}
+
+impl IndexSummary {
+    pub fn skipped_total(&self) -> u64 {
+        self.skipped.values().sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchMode {
+    Bm25,
+    Dense,
+    Hybrid,
+}
+
+impl std::str::FromStr for SearchMode {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "bm25" => Ok(SearchMode::Bm25),
+            "dense" => Ok(SearchMode::Dense),
+            "hybrid" => Ok(SearchMode::Hybrid),
+            _ => bail!("unknown search mode '{s}' (bm25, dense, hybrid)"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Hit {
+    pub chunk_id: i64,
+    pub path: String,
+    pub lines: Option<(u32, u32)>,
+    pub page: Option<u32>,
+    pub heading: Option<String>,
+    pub text: String,
+    pub score: f32,
+    pub bm25_rank: Option<usize>,
+    pub dense_rank: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct IndexStats {
+    pub documents: u64,
+    pub skipped_documents: u64,
+    pub chunks: u64,
+    pub vectors: u64,
+    pub bm25_docs: u64,
+    pub dense_vectors: u64,
+    pub generation: u64,
+    pub model_id: Option<String>,
+}
+
+/// Which store state a dense graph reflects.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct DenseKey {
+    generation: u64,
+    vectors_generation: u64,
+    model_id: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct DenseSidecar {
+    key: DenseKey,
+    dim: usize,
+    basename: String,
+}
+
+struct DenseState {
+    index: HnswIndex,
+    key: DenseKey,
+}
+
+pub struct Index {
+    dir: PathBuf,
+    db: Mutex<Connection>,
+    bm25: Bm25,
+    dense: RwLock<Option<DenseState>>,
+    embedder: Option<Arc<dyn Embedder>>,
+}
+
+const SIDECAR: &str = "dense.json";
+
+impl Index {
+    /// Open or create the index at `dir`. Without an embedder, only BM25 works.
+    pub fn open(dir: &Path, embedder: Option<Arc<dyn Embedder>>) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating index dir {}", dir.display()))?;
+        let dir = dir.canonicalize()?;
+        let conn = store::open(&dir.join("store.sqlite"))?;
+        let bm25 = Bm25::open(&dir.join("bm25"))?;
+        let idx = Index {
+            dir,
+            db: Mutex::new(conn),
+            bm25,
+            dense: RwLock::new(None),
+            embedder,
+        };
+        idx.load_dense()?;
+        Ok(idx)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn generation(&self) -> u64 {
+        store::generation(&self.db()).unwrap_or(0)
+    }
+
+    fn current_dense_key(&self, conn: &Connection) -> Result<Option<DenseKey>> {
+        let Some(e) = &self.embedder else { return Ok(None) };
+        Ok(Some(DenseKey {
+            generation: store::generation(conn)?,
+            vectors_generation: store::meta_get(conn, "vectors_generation")?.and_then(|v| v.parse().ok()).unwrap_or(0),
+            model_id: e.model_id().to_string(),
+        }))
+    }
+
+    fn read_sidecar(&self) -> Option<DenseSidecar> {
+        let bytes = std::fs::read(self.dir.join(SIDECAR)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Load the HNSW dump if it reflects the store; otherwise build the graph in memory
+    /// from the stored vectors (a crashed or still-running writer left it behind).
+    fn load_dense(&self) -> Result<()> {
+        let Some(emb) = &self.embedder else { return Ok(()) };
+        let key = {
+            let conn = self.db();
+            self.current_dense_key(&conn)?
+        };
+        let Some(key) = key else { return Ok(()) };
+        if let Some(sc) = self.read_sidecar() {
+            if sc.key == key && sc.dim == emb.dim() {
+                if let Ok(index) = HnswIndex::load(&self.dir, &sc.basename, sc.dim) {
+                    *self.dense.write().unwrap_or_else(|e| e.into_inner()) = Some(DenseState { index, key });
+                    return Ok(());
+                }
+            }
+        }
+        let index = self.build_dense_from_store(&key.model_id, emb.dim())?;
+        *self.dense.write().unwrap_or_else(|e| e.into_inner()) = index.map(|index| DenseState { index, key });
+        Ok(())
+    }
+
+    fn build_dense_from_store(&self, model_id: &str, dim: usize) -> Result<Option<HnswIndex>> {
+        let conn = self.db();
+        let n = store::count(&conn, "SELECT COUNT(*) FROM vectors")? as usize;
+        if n == 0 {
+            return Ok(None);
+        }
+        let index = HnswIndex::new(dim, n);
+        let mut batch = Vec::with_capacity(4096);
+        store::for_each_vector(&conn, model_id, &mut |id, v| {
+            batch.push((id, v));
+            if batch.len() == 4096 {
+                index.insert(&batch);
+                batch.clear();
+            }
+        })?;
+        index.insert(&batch);
+        Ok(Some(index))
+    }
+
+    /// In a long-lived reader: pick up a newer dump written by another process.
+    fn refresh_dense(&self) {
+        let Ok(Some(key)) = self.current_dense_key(&self.db()) else { return };
+        let stale = match &*self.dense.read().unwrap_or_else(|e| e.into_inner()) {
+            Some(d) => d.key != key,
+            None => true,
+        };
+        if !stale {
+            return;
+        }
+        if let Some(sc) = self.read_sidecar() {
+            if sc.key == key {
+                if let Ok(index) = HnswIndex::load(&self.dir, &sc.basename, sc.dim) {
+                    *self.dense.write().unwrap_or_else(|e| e.into_inner()) = Some(DenseState { index, key });
+                }
+            }
+        }
+        // Otherwise keep the older graph: hits on chunks deleted since are dropped when
+        // they are looked up in the store.
+    }
+
+    /// Index (or re-index) files under `paths`. Unchanged files cost a stat; changed ones
+    /// are re-parsed and only their new content is embedded; files gone from the roots are
+    /// removed. Safe to kill at any moment: re-running converges to the same index.
+    pub fn add_paths(&self, paths: &[PathBuf], opts: &IndexOptions, progress: &dyn Fn(IndexProgress)) -> Result<IndexSummary> {
+        let t0 = Instant::now();
+        self.bm25.begin_write()?;
+        let r = self.add_paths_locked(paths, opts, progress, t0);
+        let end = self.bm25.end_write();
+        let mut summary = r?;
+        end?;
+        summary.elapsed = t0.elapsed();
+        Ok(summary)
+    }
+
+    fn add_paths_locked(&self, paths: &[PathBuf], opts: &IndexOptions, progress: &dyn Fn(IndexProgress), t0: Instant) -> Result<IndexSummary> {
+        let _ = t0;
+        self.reconcile_bm25()?;
+        let mut summary = IndexSummary::default();
+        let mut roots = Vec::new();
+        for p in paths {
+            roots.push(p.canonicalize().with_context(|| format!("cannot index {}: no such file or directory", p.display()))?);
+        }
+        let config = format!(
+            "v{PIPELINE_VERSION}/c{}/o{}/m{}",
+            opts.chunk.chunk_tokens, opts.chunk.overlap_tokens, opts.limits.max_file_bytes
+        );
+        progress(IndexProgress { phase: Phase::Scan, done: 0, total: 0, current: None });
+        let walk_opts = WalkOptions { include_hidden: opts.include_hidden, exclude: vec![self.dir.clone()] };
+        let (files, errors) = walk(&roots, &walk_opts);
+        summary.walk_errors = errors.len() as u64;
+        summary.files_seen = files.len() as u64;
+        let default_counter: TokenCounter = Arc::new(corpus_tools::tokens::estimate_tokens);
+        let counter = opts.token_counter.clone().unwrap_or(default_counter);
+
+        let mut seen: HashSet<String> = HashSet::with_capacity(files.len());
+        let mut pending: Vec<NewDoc> = Vec::new();
+        let mut pending_chunks = 0usize;
+        let mut touches: Vec<(i64, u64, i64)> = Vec::new();
+        let total = files.len() as u64;
+        for (i, file) in files.iter().enumerate() {
+            let path = file.to_string_lossy().into_owned();
+            progress(IndexProgress { phase: Phase::Parse, done: i as u64, total, current: Some(path.clone()) });
+            seen.insert(path.clone());
+            let (size, mtime_ns) = match std::fs::metadata(file) {
+                Ok(m) => (m.len(), mtime_ns(&m)),
+                Err(_) => (0, 0),
+            };
+            let old = store::doc_state(&self.db(), &path)?;
+            if let Some(o) = &old {
+                if o.size == size && o.mtime_ns == mtime_ns && o.config == config {
+                    summary.files_unchanged += 1;
+                    continue;
+                }
+            }
+            let mut doc = NewDoc {
+                path,
+                size,
+                mtime_ns,
+                content_hash: String::new(),
+                kind: String::new(),
+                status: store::STATUS_INDEXED.to_string(),
+                config: config.clone(),
+                chunks: Vec::new(),
+            };
+            match corpus_tools::load::read_file(file, opts.limits.max_file_bytes) {
+                Err(reason) => {
+                    *summary.skipped.entry(reason.as_str().to_string()).or_default() += 1;
+                    doc.status = format!("skipped:{}", reason.as_str());
+                }
+                Ok(bytes) => {
+                    doc.content_hash = store::hex_sha256(&bytes);
+                    if let Some(o) = &old {
+                        if o.content_hash == doc.content_hash && o.config == config {
+                            touches.push((o.id, size, mtime_ns));
+                            summary.files_unchanged += 1;
+                            continue;
+                        }
+                    }
+                    match parse_isolated(file, bytes, &opts.limits) {
+                        Ok(parsed) => {
+                            doc.kind = parsed.kind.as_str().to_string();
+                            doc.chunks = chunk_doc(&parsed, &opts.chunk, &*counter)
+                                .into_iter()
+                                .map(|c| NewChunk { text: c.text, heading: c.heading, lines: c.lines, page: c.page })
+                                .collect();
+                            summary.files_indexed += 1;
+                        }
+                        Err(reason) => {
+                            *summary.skipped.entry(reason.as_str().to_string()).or_default() += 1;
+                            doc.status = format!("skipped:{}", reason.as_str());
+                        }
+                    }
+                }
+            }
+            pending_chunks += doc.chunks.len();
+            pending.push(doc);
+            if pending_chunks >= opts.commit_every_chunks || pending.len() >= 500 {
+                self.commit_docs(std::mem::take(&mut pending), &[], &mut summary)?;
+                pending_chunks = 0;
+            }
+        }
+        // Files under the indexed roots that are gone (or now ignored) leave the index.
+        let gone: Vec<String> = store::doc_paths(&self.db())?
+            .into_iter()
+            .filter(|p| !seen.contains(p) && roots.iter().any(|r| Path::new(p).starts_with(r)))
+            .collect();
+        summary.files_removed = gone.len() as u64;
+        if !pending.is_empty() || !gone.is_empty() {
+            self.commit_docs(pending, &gone, &mut summary)?;
+        }
+        if !touches.is_empty() {
+            // Stat-only refresh: content is unchanged, so no new generation.
+            let mut conn = self.db();
+            let tx = conn.transaction()?;
+            for (id, size, mtime) in &touches {
+                store::touch_doc(&tx, *id, *size, *mtime)?;
+            }
+            tx.commit()?;
+        }
+        if let Some(emb) = self.embedder.clone() {
+            summary.chunks_embedded = self.embed_missing(&*emb, opts, progress)?;
+            progress(IndexProgress { phase: Phase::Finish, done: 0, total: 0, current: None });
+            self.reconcile_dense(&*emb)?;
+        } else {
+            let mut conn = self.db();
+            let tx = conn.transaction()?;
+            store::gc_vectors(&tx, None)?;
+            tx.commit()?;
+        }
+        let conn = self.db();
+        summary.chunks_total = store::count(&conn, "SELECT COUNT(*) FROM chunks")?;
+        summary.generation = store::generation(&conn)?;
+        Ok(summary)
+    }
+
+    /// The commit point: one transaction for the store, then BM25 with the same generation.
+    fn commit_docs(&self, docs: Vec<NewDoc>, gone: &[String], summary: &mut IndexSummary) -> Result<()> {
+        let mut removed_all = Vec::new();
+        let mut added_all: Vec<(i64, usize, usize)> = Vec::new();
+        let gen;
+        {
+            let mut conn = self.db();
+            let tx = conn.transaction()?;
+            gen = store::bump_generation(&tx)?;
+            for (di, d) in docs.iter().enumerate() {
+                let (removed, added) = store::replace_doc(&tx, d, gen)?;
+                removed_all.extend(removed);
+                added_all.extend(added.into_iter().enumerate().map(|(ci, id)| (id, di, ci)));
+            }
+            for p in gone {
+                if let Some(removed) = store::delete_doc(&tx, p)? {
+                    removed_all.extend(removed);
+                }
+            }
+            tx.commit()?;
+        }
+        self.bm25.delete(&removed_all)?;
+        for (id, di, ci) in &added_all {
+            let c = &docs[*di].chunks[*ci];
+            self.bm25.add(&Bm25Doc { chunk_id: *id, text: &c.text, heading: c.heading.as_deref(), path: &docs[*di].path })?;
+        }
+        self.bm25.commit(gen)?;
+        if let Some(d) = &*self.dense.read().unwrap_or_else(|e| e.into_inner()) {
+            for id in &removed_all {
+                d.index.remove(*id);
+            }
+        }
+        summary.chunks_added += added_all.len() as u64;
+        summary.chunks_removed += removed_all.len() as u64;
+        Ok(())
+    }
+
+    /// Rebuild the text index from the store when its commit is not the store's latest.
+    fn reconcile_bm25(&self) -> Result<()> {
+        let gen = store::generation(&self.db())?;
+        if self.bm25.committed_generation()? == Some(gen) {
+            return Ok(());
+        }
+        tracing::info!("bm25 index behind the store (generation {gen}): rebuilding");
+        self.bm25.delete_all()?;
+        let conn = self.db();
+        store::for_each_chunk(&conn, &mut |c| {
+            self.bm25.add(&Bm25Doc { chunk_id: c.id, text: &c.text, heading: c.heading.as_deref(), path: &c.path })
+        })?;
+        drop(conn);
+        self.bm25.commit(gen)
+    }
+
+    /// Embed every chunk content that has no vector for the current model.
+    fn embed_missing(&self, emb: &dyn Embedder, opts: &IndexOptions, progress: &dyn Fn(IndexProgress)) -> Result<u64> {
+        let model = emb.model_id().to_string();
+        let total = {
+            let conn = self.db();
+            conn.query_row(
+                "SELECT COUNT(DISTINCT c.text_hash) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.text_hash=c.text_hash AND v.model_id=?1)",
+                [&model],
+                |r| r.get::<_, i64>(0),
+            )? as u64
+        };
+        let mut done = 0u64;
+        let batch = opts.embed_batch.max(1);
+        loop {
+            let todo = store::missing_vectors(&self.db(), &model, batch * 8)?;
+            if todo.is_empty() {
+                break;
+            }
+            let mut out = Vec::with_capacity(todo.len());
+            for group in todo.chunks(batch) {
+                let texts: Vec<&str> = group.iter().map(|(_, t)| t.as_str()).collect();
+                let vecs = emb.embed_batch(&texts).context("embedding chunks")?;
+                anyhow::ensure!(vecs.len() == texts.len(), "embedder returned {} vectors for {} texts", vecs.len(), texts.len());
+                for ((h, _), v) in group.iter().zip(vecs) {
+                    anyhow::ensure!(v.len() == emb.dim(), "embedder returned a {}-d vector, expected {}", v.len(), emb.dim());
+                    anyhow::ensure!(v.iter().all(|x| x.is_finite()), "embedder returned a non-finite vector");
+                    out.push((h.clone(), v));
+                }
+                done += group.len() as u64;
+                progress(IndexProgress { phase: Phase::Embed, done, total, current: None });
+            }
+            let mut conn = self.db();
+            let tx = conn.transaction()?;
+            store::insert_vectors(&tx, &model, &out)?;
+            bump_meta(&tx, "vectors_generation")?;
+            store::meta_set(&tx, "model_id", &model)?;
+            tx.commit()?;
+        }
+        let mut conn = self.db();
+        let tx = conn.transaction()?;
+        if store::gc_vectors(&tx, Some(&model))? > 0 {
+            bump_meta(&tx, "vectors_generation")?;
+        }
+        tx.commit()?;
+        Ok(done)
+    }
+
+    /// Bring the HNSW graph in line with the store (tombstones for deleted chunks, inserts
+    /// for new ones, full rebuild when tombstones pile up) and dump it.
+    fn reconcile_dense(&self, emb: &dyn Embedder) -> Result<()> {
+        let key = self.current_dense_key(&self.db())?.context("no embedder")?;
+        if let Some(sc) = self.read_sidecar() {
+            let loaded = self.dense.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|d| d.key.clone());
+            if sc.key == key && loaded.as_ref() == Some(&key) {
+                return Ok(());
+            }
+        }
+        let desired: HashSet<i64> = {
+            let conn = self.db();
+            let mut st = conn.prepare("SELECT c.id FROM chunks c JOIN vectors v ON v.text_hash=c.text_hash AND v.model_id=?1")?;
+            let ids = st.query_map([&key.model_id], |r| r.get(0))?.collect::<rusqlite::Result<HashSet<i64>>>()?;
+            ids
+        };
+        let mut guard = self.dense.write().unwrap_or_else(|e| e.into_inner());
+        let reuse = match guard.take() {
+            Some(d) if d.key.model_id == key.model_id && d.index.dim() == emb.dim() => {
+                let live = d.index.ids();
+                let stale: Vec<i64> = live.difference(&desired).copied().collect();
+                if (d.index.tombstones() + stale.len()) * 5 > desired.len().max(1) {
+                    None
+                } else {
+                    for id in stale {
+                        d.index.remove(id);
+                    }
+                    let missing: HashSet<i64> = desired.difference(&live).copied().collect();
+                    if !missing.is_empty() {
+                        let mut batch = Vec::new();
+                        store::for_each_vector(&self.db(), &key.model_id, &mut |id, v| {
+                            if missing.contains(&id) {
+                                batch.push((id, v));
+                            }
+                        })?;
+                        d.index.insert(&batch);
+                    }
+                    Some(d.index)
+                }
+            }
+            _ => None,
+        };
+        let index = match reuse {
+            Some(i) => Some(i),
+            None => self.build_dense_from_store(&key.model_id, emb.dim())?,
+        };
+        let Some(index) = index else {
+            let _ = std::fs::remove_file(self.dir.join(SIDECAR));
+            return Ok(());
+        };
+        let basename = format!("hnsw-{}-{}", key.generation, key.vectors_generation);
+        index.save(&self.dir, &basename)?;
+        let old = self.read_sidecar();
+        let sc = DenseSidecar { key: key.clone(), dim: emb.dim(), basename: basename.clone() };
+        let tmp = self.dir.join(format!("{SIDECAR}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(&sc)?)?;
+        std::fs::rename(&tmp, self.dir.join(SIDECAR))?;
+        if let Some(old) = old {
+            if old.basename != basename {
+                HnswIndex::remove_files(&self.dir, &old.basename);
+            }
+        }
+        *guard = Some(DenseState { index, key });
+        Ok(())
+    }
+
+    /// Remove a file, or every file under a directory, from the index. Returns the number
+    /// of documents removed.
+    pub fn remove_path(&self, path: &Path) -> Result<usize> {
+        let p = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        self.bm25.begin_write()?;
+        let r = (|| {
+            self.reconcile_bm25()?;
+            let gone: Vec<String> = store::doc_paths(&self.db())?
+                .into_iter()
+                .filter(|d| Path::new(d).starts_with(&p))
+                .collect();
+            if !gone.is_empty() {
+                self.commit_docs(Vec::new(), &gone, &mut IndexSummary::default())?;
+                if let Some(emb) = self.embedder.clone() {
+                    self.reconcile_dense(&*emb)?;
+                }
+            }
+            Ok(gone.len())
+        })();
+        self.bm25.end_write()?;
+        r
+    }
+
+    /// Ranked chunks for `query`. Hybrid fuses BM25 and dense with reciprocal rank fusion;
+    /// without an embedder it degrades to BM25.
+    pub fn search(&self, query: &str, k: usize, mode: SearchMode) -> Result<Vec<Hit>> {
+        let pool = k.max(50);
+        let use_dense = mode != SearchMode::Bm25 && self.embedder.is_some();
+        if mode == SearchMode::Dense && self.embedder.is_none() {
+            bail!("dense search needs the embedding model (this index was opened without one)");
+        }
+        let bm25 = if mode != SearchMode::Dense { self.bm25.search(query, pool)? } else { Vec::new() };
+        let dense = if use_dense { self.dense_search(query, pool)? } else { Vec::new() };
+        let fused: Vec<(i64, f32, Option<usize>, Option<usize>)> = match mode {
+            SearchMode::Bm25 => bm25.iter().enumerate().map(|(i, (id, s))| (*id, *s, Some(i + 1), None)).collect(),
+            SearchMode::Dense => dense.iter().enumerate().map(|(i, (id, s))| (*id, *s, None, Some(i + 1))).collect(),
+            SearchMode::Hybrid => rrf(&bm25, &dense, RRF_K).into_iter().map(|f| (f.id, f.score, f.bm25_rank, f.dense_rank)).collect(),
+        };
+        let conn = self.db();
+        let mut hits = Vec::with_capacity(k);
+        for (id, score, bm25_rank, dense_rank) in fused {
+            if hits.len() >= k {
+                break;
+            }
+            // Derived indexes may lag the store; a chunk gone from the store is skipped.
+            let Some(c) = store::chunk_by_id(&conn, id)? else { continue };
+            hits.push(Hit {
+                chunk_id: c.id,
+                path: c.path,
+                lines: c.lines,
+                page: c.page,
+                heading: c.heading,
+                text: c.text,
+                score,
+                bm25_rank,
+                dense_rank,
+            });
+        }
+        Ok(hits)
+    }
+
+    fn dense_search(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
+        let Some(emb) = &self.embedder else { return Ok(Vec::new()) };
+        self.refresh_dense();
+        let guard = self.dense.read().unwrap_or_else(|e| e.into_inner());
+        let Some(d) = &*guard else { return Ok(Vec::new()) };
+        let q = emb.embed_batch(&[query])?.into_iter().next().context("embedder returned nothing")?;
+        Ok(d.index.search(&q, k))
+    }
+
+    pub fn chunk(&self, id: i64) -> Result<Option<Chunk>> {
+        store::chunk_by_id(&self.db(), id)
+    }
+
+    /// Visit every chunk's id and text (e.g. to build the speculative-decoding token
+    /// database). Holds the store lock for the duration.
+    pub fn for_each_chunk_text(&self, f: &mut dyn FnMut(i64, &str)) -> Result<()> {
+        store::for_each_chunk(&self.db(), &mut |c| {
+            f(c.id, &c.text);
+            Ok(())
+        })
+    }
+
+    /// Content digest of the committed index (paths, chunk positions and hashes).
+    pub fn fingerprint(&self) -> Result<String> {
+        store::fingerprint(&self.db())
+    }
+
+    pub fn stats(&self) -> IndexStats {
+        let conn = self.db();
+        let c = |sql: &str| store::count(&conn, sql).unwrap_or(0);
+        let model_id = store::meta_get(&conn, "model_id").ok().flatten();
+        IndexStats {
+            documents: c("SELECT COUNT(*) FROM documents WHERE status='indexed'"),
+            skipped_documents: c("SELECT COUNT(*) FROM documents WHERE status<>'indexed'"),
+            chunks: c("SELECT COUNT(*) FROM chunks"),
+            vectors: c("SELECT COUNT(*) FROM vectors"),
+            bm25_docs: self.bm25.num_docs().unwrap_or(0),
+            dense_vectors: self
+                .dense
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|d| d.index.ids().len() as u64)
+                .unwrap_or(0),
+            generation: store::generation(&conn).unwrap_or(0),
+            model_id,
+        }
+    }
+}
+
+fn bump_meta(tx: &rusqlite::Transaction, key: &str) -> Result<u64> {
+    let v = store::meta_get(tx, key)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1;
+    store::meta_set(tx, key, &v.to_string())?;
+    Ok(v)
+}
+
+fn mtime_ns(m: &std::fs::Metadata) -> i64 {
+    m.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

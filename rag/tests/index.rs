@@ -1,0 +1,212 @@
+mod common;
+
+use common::{write_corpus, HashEmbedder};
+use rag::{Index, IndexOptions, SearchMode};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn no_progress(_: rag::IndexProgress) {}
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn index_is_send_and_sync() {
+    assert_send_sync::<Index>();
+}
+
+#[test]
+fn indexes_searches_and_cites_locations() {
+    let corpus = tempfile::tempdir().unwrap();
+    let idx_dir = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path());
+    let idx = Index::open(idx_dir.path(), None).unwrap();
+    let s = idx.add_paths(&[corpus.path().to_path_buf()], &IndexOptions::default(), &no_progress).unwrap();
+    assert_eq!(s.files_seen, 6);
+    assert_eq!(s.files_indexed, 4);
+    assert_eq!(s.skipped.get("unsupported"), Some(&1));
+    assert_eq!(s.skipped.get("binary"), Some(&1));
+    assert!(s.chunks_added >= 4);
+    let stats = idx.stats();
+    assert_eq!(stats.chunks, s.chunks_total);
+    assert_eq!(stats.bm25_docs, stats.chunks);
+
+    let hits = idx.search("which port does the otter daemon listen on", 3, SearchMode::Bm25).unwrap();
+    let top = &hits[0];
+    assert!(top.path.ends_with("guide/setup.md"), "{top:?}");
+    assert!(top.text.contains("7311"));
+    assert_eq!(top.heading.as_deref(), Some("Setup > Ports"));
+    assert_eq!(top.lines, Some((5, 7)));
+    assert_eq!(top.bm25_rank, Some(1));
+
+    let hits = idx.search("boathouse opening", 1, SearchMode::Bm25).unwrap();
+    assert!(hits[0].path.ends_with("page.html"));
+    assert_eq!(hits[0].heading.as_deref(), Some("Kayak rental > Opening hours"));
+    assert_eq!(hits[0].lines, None);
+    // Query syntax characters are plain text, not errors.
+    assert!(idx.search("port:(7311) AND \"otter", 3, SearchMode::Bm25).is_ok());
+    assert!(idx.search("", 3, SearchMode::Bm25).unwrap().is_empty());
+    // Dense without a model is a clear error; hybrid degrades to BM25.
+    assert!(idx.search("otter", 3, SearchMode::Dense).is_err());
+    assert_eq!(idx.search("otter port", 3, SearchMode::Hybrid).unwrap()[0].chunk_id, idx.search("otter port", 3, SearchMode::Bm25).unwrap()[0].chunk_id);
+    let c = idx.chunk(top.chunk_id).unwrap().unwrap();
+    assert_eq!(c.text, top.text);
+    let mut n = 0;
+    idx.for_each_chunk_text(&mut |_, t| n += t.len()).unwrap();
+    assert!(n > 100);
+}
+
+#[test]
+fn incremental_runs_touch_only_what_changed() {
+    let corpus = tempfile::tempdir().unwrap();
+    let idx_dir = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path());
+    let emb = Arc::new(HashEmbedder::new());
+    let idx = Index::open(idx_dir.path(), Some(emb.clone())).unwrap();
+    let roots = [corpus.path().to_path_buf()];
+    let opts = IndexOptions::default();
+    let first = idx.add_paths(&roots, &opts, &no_progress).unwrap();
+    assert_eq!(first.chunks_embedded, first.chunks_added);
+    let gen1 = idx.generation();
+    let fp1 = idx.fingerprint().unwrap();
+
+    // Nothing changed: no parse, no embedding, no new generation.
+    let texts_before = emb.texts.load(Ordering::SeqCst);
+    let second = idx.add_paths(&roots, &opts, &no_progress).unwrap();
+    assert_eq!(second.files_indexed, 0);
+    assert_eq!(second.files_unchanged, 6);
+    assert_eq!(second.chunks_added, 0);
+    assert_eq!(second.chunks_embedded, 0);
+    assert_eq!(emb.texts.load(Ordering::SeqCst), texts_before);
+    assert_eq!(idx.generation(), gen1);
+    assert_eq!(idx.fingerprint().unwrap(), fp1);
+
+    // One file edited: only its new content is embedded.
+    std::fs::write(corpus.path().join("notes.txt"), "Beavers build dams from branches and mud.\nOtters prefer fish.\n").unwrap();
+    let third = idx.add_paths(&roots, &opts, &no_progress).unwrap();
+    assert_eq!(third.files_indexed, 1);
+    assert_eq!(third.chunks_added, 1);
+    assert_eq!(third.chunks_removed, 1);
+    assert_eq!(third.chunks_embedded, 1);
+    assert!(idx.search("night", 5, SearchMode::Bm25).unwrap().iter().all(|h| !h.text.contains("night")));
+    let hits = idx.search("Otters prefer fish.", 1, SearchMode::Dense).unwrap();
+    assert!(hits[0].path.ends_with("notes.txt"));
+
+    // Touching a file without changing it costs a hash, not a re-index.
+    let p = corpus.path().join("main.rs");
+    let content = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &content).unwrap();
+    let fourth = idx.add_paths(&roots, &opts, &no_progress).unwrap();
+    assert_eq!(fourth.files_indexed, 0);
+    assert_eq!(fourth.chunks_added, 0);
+
+    // A deleted file leaves the index, everywhere.
+    std::fs::remove_file(corpus.path().join("page.html")).unwrap();
+    let fifth = idx.add_paths(&roots, &opts, &no_progress).unwrap();
+    assert_eq!(fifth.files_removed, 1);
+    for mode in [SearchMode::Bm25, SearchMode::Dense, SearchMode::Hybrid] {
+        assert!(idx.search("kayak rental boathouse", 10, mode).unwrap().iter().all(|h| !h.path.ends_with("page.html")));
+    }
+    let st = idx.stats();
+    assert_eq!(st.bm25_docs, st.chunks);
+    assert_eq!(st.dense_vectors, st.chunks);
+
+    // The same folder indexed from scratch gives the same content.
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = Index::open(fresh_dir.path(), Some(Arc::new(HashEmbedder::new()))).unwrap();
+    fresh.add_paths(&roots, &opts, &no_progress).unwrap();
+    assert_eq!(fresh.fingerprint().unwrap(), idx.fingerprint().unwrap());
+}
+
+#[test]
+fn dense_and_hybrid_rank_with_locations() {
+    let corpus = tempfile::tempdir().unwrap();
+    let idx_dir = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path());
+    let idx = Index::open(idx_dir.path(), Some(Arc::new(HashEmbedder::new()))).unwrap();
+    idx.add_paths(&[corpus.path().to_path_buf()], &IndexOptions::default(), &no_progress).unwrap();
+    let hits = idx.search("Beavers build dams from branches and mud.", 3, SearchMode::Dense).unwrap();
+    assert!(hits[0].path.ends_with("notes.txt"));
+    assert_eq!(hits[0].dense_rank, Some(1));
+    assert!(hits[0].score > 0.5 && hits[0].score <= 1.0001);
+    let hits = idx.search("beavers dams", 3, SearchMode::Hybrid).unwrap();
+    assert!(hits[0].path.ends_with("notes.txt"));
+    assert_eq!(hits[0].bm25_rank, Some(1));
+    assert!(hits[0].dense_rank.is_some());
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+
+    // Reopening loads the dumped graph instead of re-embedding.
+    drop(idx);
+    let emb = Arc::new(HashEmbedder::new());
+    let idx = Index::open(idx_dir.path(), Some(emb.clone())).unwrap();
+    assert_eq!(emb.texts.load(Ordering::SeqCst), 0);
+    assert_eq!(idx.stats().dense_vectors, idx.stats().chunks);
+    assert!(idx.search("kayak euros per hour", 1, SearchMode::Dense).unwrap()[0].path.ends_with("page.html"));
+}
+
+#[test]
+fn derived_indexes_are_rebuilt_from_the_store() {
+    let corpus = tempfile::tempdir().unwrap();
+    let idx_dir = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path());
+    let roots = [corpus.path().to_path_buf()];
+    let fp = {
+        let idx = Index::open(idx_dir.path(), Some(Arc::new(HashEmbedder::new()))).unwrap();
+        idx.add_paths(&roots, &IndexOptions::default(), &no_progress).unwrap();
+        idx.fingerprint().unwrap()
+    };
+    // Lose both derived indexes, as if a crash hit right after the store commit.
+    std::fs::remove_dir_all(idx_dir.path().join("bm25")).unwrap();
+    std::fs::remove_file(idx_dir.path().join("dense.json")).unwrap();
+    let idx = Index::open(idx_dir.path(), Some(Arc::new(HashEmbedder::new()))).unwrap();
+    // A reader rebuilds the graph in memory; BM25 waits for the next writer.
+    assert_eq!(idx.stats().dense_vectors, idx.stats().chunks);
+    let s = idx.add_paths(&roots, &IndexOptions::default(), &no_progress).unwrap();
+    assert_eq!(s.chunks_added, 0);
+    assert_eq!(idx.fingerprint().unwrap(), fp);
+    let st = idx.stats();
+    assert_eq!(st.bm25_docs, st.chunks);
+    assert!(idx.search("otter port", 1, SearchMode::Bm25).unwrap()[0].text.contains("7311"));
+    assert!(idx_dir.path().join("dense.json").exists());
+}
+
+#[test]
+fn remove_path_and_reader_during_write() {
+    let corpus = tempfile::tempdir().unwrap();
+    let idx_dir = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path());
+    let roots = vec![corpus.path().to_path_buf()];
+    let writer = Arc::new(Index::open(idx_dir.path(), None).unwrap());
+    writer.add_paths(&roots, &IndexOptions::default(), &no_progress).unwrap();
+    // Add many files while a second handle (as another process would) keeps searching.
+    for i in 0..200 {
+        std::fs::write(corpus.path().join(format!("extra{i}.txt")), format!("filler document number {i} about herons\n")).unwrap();
+    }
+    let reader = Index::open(idx_dir.path(), None).unwrap();
+    let w = writer.clone();
+    let r2 = roots.clone();
+    let opts = IndexOptions { commit_every_chunks: 10, ..Default::default() };
+    let t = std::thread::spawn(move || w.add_paths(&r2, &opts, &no_progress).unwrap());
+    let mut searches = 0;
+    while !t.is_finished() {
+        let hits = reader.search("otter daemon port", 1, SearchMode::Bm25).unwrap();
+        assert!(hits[0].text.contains("7311"));
+        searches += 1;
+    }
+    let s = t.join().unwrap();
+    assert_eq!(s.files_indexed, 200);
+    assert!(searches > 0);
+    assert_eq!(reader.search("herons", 500, SearchMode::Bm25).unwrap().len(), 200);
+    // A second writer cannot run at the same time.
+    let _ = writer;
+    let removed = reader.remove_path(&corpus.path().join("guide")).unwrap();
+    assert_eq!(removed, 1);
+    assert!(reader.search("otter daemon port", 5, SearchMode::Bm25).unwrap().iter().all(|h| !h.path.contains("guide")));
+}
+
+#[test]
+fn missing_root_is_a_clear_error() {
+    let idx_dir = tempfile::tempdir().unwrap();
+    let idx = Index::open(idx_dir.path(), None).unwrap();
+    let err = idx.add_paths(&[idx_dir.path().join("nope")], &IndexOptions::default(), &no_progress).unwrap_err();
+    assert!(format!("{err:#}").contains("no such file"));
+}
