@@ -1,8 +1,367 @@
-//! `rag bench specdec`.
+//! `rag bench specdec`: speculative decoding modes on Spec-Bench / DroidTask prompts.
+//!
+//! Every mode decodes the same prompts greedily on one session; `none` is the
+//! reference both for speed and for output (any difference is a losslessness bug
+//! and is counted as a mismatch). The verify-cost curve is profiled once on the
+//! first prompt and shared by all modes.
+
+use crate::bench_report;
+use anyhow::{bail, Context, Result};
+use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use serde_json::json;
+use specdec::budget::{CostCurve, DEFAULT_SIZES};
+use specdec::{GenConfig, Generator, Metrics, Mode, TokenDb};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Model file or manifest name.
+    #[arg(long)]
+    model: String,
+    /// Spec-Bench style JSONL (default: ../shared/data/spec_bench/question.jsonl,
+    /// or ../shared/data/ui/droidtask_ui.jsonl for --category ui).
+    #[arg(long)]
+    dataset: Option<PathBuf>,
+    /// summarization | rag | qa | translation | ui | ...
+    #[arg(long, default_value = "summarization")]
+    category: String,
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    /// Comma-separated: none,pld,sam,sam+cal,sam+ext,sdnpu
+    #[arg(long, default_value = "none,pld,sam,sdnpu")]
+    modes: String,
+    /// Ablation like the paper's Table 3: none, sam, sam+cal, sam+ext, sdnpu.
+    #[arg(long)]
+    ablation: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Compute threads (0 = all cores).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Prompts already chat-formatted and tokenized, JSONL {question_id, tokens}
+    /// (specdec/bench/llamacpp_lookup.py --tokens-out writes them, so llama.cpp and
+    /// we decode exactly the same token ids).
+    #[arg(long)]
+    prompt_tokens: Option<PathBuf>,
+    /// Token database to draft from (read; grows in memory with each finished prompt).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Largest verify batch.
+    #[arg(long, default_value_t = 64)]
+    max_verify: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Do not write the BENCHMARKS.md section.
+    #[arg(long)]
+    no_report: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag bench specdec' is not available in this build yet")
+fn default_dataset(category: &str) -> PathBuf {
+    let rel = if category == "ui" {
+        "../shared/data/ui/droidtask_ui.jsonl"
+    } else {
+        "../shared/data/spec_bench/question.jsonl"
+    };
+    PathBuf::from(rel)
+}
+
+/// (question_id, first turn) of the category's first `limit` records.
+fn load_questions(path: &Path, category: &str, limit: usize) -> Result<Vec<(i64, String)>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading dataset {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        if v["category"].as_str() != Some(category) {
+            continue;
+        }
+        let id = v["question_id"].as_i64().unwrap_or(i as i64);
+        let turn = v["turns"][0]
+            .as_str()
+            .with_context(|| format!("{}:{}: no turns[0]", path.display(), i + 1))?;
+        out.push((id, turn.to_owned()));
+        if out.len() == limit {
+            break;
+        }
+    }
+    if out.is_empty() {
+        bail!("no records of category '{category}' in {}", path.display());
+    }
+    Ok(out)
+}
+
+/// Pre-tokenized prompts for the selected question ids, in dataset order.
+fn load_prompt_tokens(path: &Path, ids: &[i64], vocab: usize) -> Result<Vec<Vec<u32>>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading prompt tokens {}", path.display()))?;
+    let mut map = std::collections::HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        let id = v["question_id"].as_i64().context("question_id missing")?;
+        let toks = v["tokens"]
+            .as_array()
+            .context("tokens missing")?
+            .iter()
+            .map(|t| {
+                t.as_u64()
+                    .filter(|&t| (t as usize) < vocab)
+                    .map(|t| t as u32)
+                    .with_context(|| format!("{}:{}: bad token id {t}", path.display(), i + 1))
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        map.insert(id, toks);
+    }
+    ids.iter()
+        .map(|id| {
+            map.remove(id)
+                .with_context(|| format!("question {id} missing from {}", path.display()))
+        })
+        .collect()
+}
+
+struct ModeResult {
+    mode: Mode,
+    metrics: Metrics,
+    outputs: Vec<Vec<u32>>,
+    budgets: Vec<usize>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let modes: Vec<Mode> = if args.ablation {
+        vec![
+            Mode::None,
+            Mode::Sam,
+            Mode::SamCal,
+            Mode::SamExt,
+            Mode::Sdnpu,
+        ]
+    } else {
+        let mut m = args
+            .modes
+            .split(',')
+            .map(Mode::parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        // `none` is the reference for speed-up and mismatches: always first.
+        m.retain(|&x| x != Mode::None);
+        m.insert(0, Mode::None);
+        m
+    };
+    let dataset = args
+        .dataset
+        .clone()
+        .unwrap_or_else(|| default_dataset(&args.category));
+    let questions = load_questions(&dataset, &args.category, args.limit)?;
+    let path = npu_runtime::model_path::resolve(&args.model)?;
+    let model = Model::load(
+        &path,
+        &LoadOptions {
+            threads: args.threads,
+        },
+    )?;
+    let ids: Vec<i64> = questions.iter().map(|q| q.0).collect();
+    let prompts = match &args.prompt_tokens {
+        Some(p) => load_prompt_tokens(p, &ids, model.vocab_size())?,
+        None => bail!(
+            "this build has no tokenizer/chat template in graphs yet: pass --prompt-tokens FILE \
+             (written by specdec/bench/llamacpp_lookup.py --tokens-out)"
+        ),
+    };
+    let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    let kv = (longest + args.max_tokens + args.max_verify + 8).min(model.config().ctx_len);
+    let mut session = Session::new(
+        model.clone(),
+        SessionOptions {
+            kv_capacity: kv,
+            max_verify: args.max_verify,
+            ..Default::default()
+        },
+    )?;
+    let base_db = match &args.db {
+        Some(p) => Some(TokenDb::open(p, specdec::tokendb::DEFAULT_MAX_TOKENS)?),
+        None => None,
+    };
+
+    // Verify-cost curve at the depth of the first prompt.
+    let mut pre = specdec::PrefillOut::default();
+    specdec::Target::prefill(&mut session, &prompts[0], 0, &mut pre)?;
+    let curve = CostCurve::profile(&mut session, pre.next, &DEFAULT_SIZES, 3)?;
+    if !args.json {
+        eprintln!(
+            "verify cost (ms): {}",
+            curve
+                .sizes
+                .iter()
+                .zip(&curve.ms)
+                .map(|(n, ms)| format!("{n}:{ms:.1}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+
+    let mut results: Vec<ModeResult> = Vec::new();
+    for &mode in &modes {
+        let mut db = base_db.clone();
+        let gen_cfg = GenConfig {
+            cost_curve: Some(curve.clone()),
+            max_budget: args.max_verify,
+            ..Default::default()
+        };
+        let mut gen = Generator::new(
+            mode,
+            db.as_ref().map(|d| Arc::new(d.build_index())),
+            gen_cfg,
+        );
+        let mut total = Metrics::default();
+        let mut outputs = Vec::new();
+        for (i, prompt) in prompts.iter().enumerate() {
+            session.truncate(0)?;
+            let (out, m) = gen
+                .generate(&mut session, prompt, args.max_tokens, &mut |_| {})
+                .with_context(|| format!("mode {} prompt {}", mode.name(), ids[i]))?;
+            if let Some(d) = db.as_mut() {
+                // A finished interaction joins the database (prompt and answer).
+                let mut doc = prompt.clone();
+                doc.extend(&out);
+                d.add(&doc);
+                gen.set_database(Some(Arc::new(d.build_index())));
+            }
+            total.add(&m);
+            outputs.push(out);
+            if !args.json {
+                eprintln!(
+                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step",
+                    mode.name(),
+                    ids[i],
+                    m.tokens,
+                    m.ms_per_token(),
+                    m.mean_accepted()
+                );
+            }
+        }
+        let budgets = gen.budgets_by_bucket();
+        results.push(ModeResult {
+            mode,
+            metrics: total,
+            outputs,
+            budgets,
+        });
+    }
+
+    let base_ms = results[0].metrics.ms_per_token();
+    let mut table = String::new();
+    table.push_str(&format!(
+        "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {}.\n\n",
+        path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        args.category,
+        prompts.len(),
+        args.max_tokens,
+        model.threads(),
+        curve
+            .sizes
+            .iter()
+            .zip(&curve.ms)
+            .map(|(n, ms)| format!("{n}:{ms:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    table.push_str("| mode | decode tok/s | ms/token | speedup | mean accepted | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches |\n");
+    table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut jmodes = serde_json::Map::new();
+    for r in &results {
+        let m = &r.metrics;
+        let (v, w, u) = m.shares();
+        let speedup = if m.ms_per_token() > 0.0 {
+            base_ms / m.ms_per_token()
+        } else {
+            0.0
+        };
+        let mismatches = r
+            .outputs
+            .iter()
+            .zip(&results[0].outputs)
+            .filter(|(a, b)| a != b)
+            .count();
+        table.push_str(&format!(
+            "| {} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} |\n",
+            r.mode.name(),
+            m.decode_tok_s(),
+            m.ms_per_token(),
+            speedup,
+            m.mean_accepted(),
+            m.mean_budget(),
+            100.0 * v,
+            100.0 * w,
+            100.0 * u,
+            100.0 * m.overhead_share(),
+            m.prefill_ms / m.runs.max(1) as f64,
+            mismatches
+        ));
+        jmodes.insert(
+            r.mode.name().to_owned(),
+            json!({
+                "decode_tok_s": m.decode_tok_s(),
+                "ms_per_token": m.ms_per_token(),
+                "speedup": speedup,
+                "mean_accepted": m.mean_accepted(),
+                "valid": v,
+                "wasted": w,
+                "underutilized": u,
+                "mismatches": mismatches,
+                "mean_batch": m.mean_budget(),
+                "draft_overhead": m.overhead_share(),
+                "prefill_ms": m.prefill_ms / m.runs.max(1) as f64,
+                "steps": m.steps,
+                "tokens": m.tokens,
+                "budget_by_confidence": r.budgets,
+            }),
+        );
+    }
+    table.push_str(
+        "\nmean accepted = tokens per verify step (accepted drafts + 1); valid/wasted/underutilized = \
+         shares of verify rows used / rejected / left idle below the cost curve's saturation length; \
+         draft overhead = drafting + tree building + budget bookkeeping as a share of decode time.\n",
+    );
+    let model_name = path
+        .file_stem()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if args.json {
+        let j = json!({
+            "model": model_name,
+            "category": args.category,
+            "prompts": prompts.len(),
+            "threads": model.threads(),
+            "cost_curve_ms": curve.sizes.iter().zip(&curve.ms).map(|(n, ms)| json!([n, ms])).collect::<Vec<_>>(),
+            "modes": jmodes,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("{table}");
+    }
+    if !args.no_report {
+        let key = format!(
+            "specdec-{}-{}{}",
+            model_name,
+            args.category,
+            if args.ablation { "-ablation" } else { "" }
+        );
+        let title = format!(
+            "Speculative decoding: {} on {}{}",
+            model_name,
+            args.category,
+            if args.ablation { " (ablation)" } else { "" }
+        );
+        bench_report::write_section(&key, &title, &table)?;
+    }
+    Ok(())
 }

@@ -99,6 +99,12 @@ impl Generator {
         }
     }
 
+    /// Swap the token database (e.g. after a finished interaction was added);
+    /// the budget controller keeps what it learned.
+    pub fn set_database(&mut self, db: Option<Arc<SuffixAutomaton>>) {
+        self.drafter = make_drafter(self.mode, db);
+    }
+
     pub fn mode(&self) -> Mode {
         self.mode
     }
