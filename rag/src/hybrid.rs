@@ -51,15 +51,15 @@ mod tests {
     #[test]
     fn agreement_wins_and_ranks_are_kept() {
         let bm25 = [(1, 9.0), (2, 5.0), (3, 1.0)];
-        let dense = [(3, 0.9), (2, 0.8), (4, 0.1)];
+        let dense = [(2, 0.9), (3, 0.8), (4, 0.1)];
         let f = rrf(&bm25, &dense, RRF_K);
-        assert_eq!(f[0].id, 2); // 2nd in both beats 1st in one
+        assert_eq!(f[0].id, 2); // found by both lists beats first in one
         assert_eq!(f[0].bm25_rank, Some(2));
-        assert_eq!(f[0].dense_rank, Some(2));
+        assert_eq!(f[0].dense_rank, Some(1));
         let ids: Vec<i64> = f.iter().map(|x| x.id).collect();
         assert_eq!(ids, vec![2, 3, 1, 4]);
         assert_eq!(f[3].bm25_rank, None);
-        let expected = 1.0 / 62.0 + 1.0 / 62.0;
+        let expected = 1.0 / 62.0 + 1.0 / 61.0;
         assert!((f[0].score - expected).abs() < 1e-7);
     }
 
