@@ -47,7 +47,7 @@ impl GgmlType {
 
     /// Bytes of one row of `n` elements, `None` if `n` is not a block multiple.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size()).checked_mul(self.type_size())
@@ -132,8 +132,8 @@ pub(crate) fn decode_block(ty: GgmlType, b: &[u8], out: &mut [Block32]) {
                 o.m = dmin;
                 o.sc = [sc as i16, mq as i16];
                 let q = &qs[32 * (j / 2)..32 * (j / 2) + 32];
-                for l in 0..32 {
-                    o.codes[l] = if j % 2 == 0 { q[l] & 0xF } else { q[l] >> 4 };
+                for (c, q) in o.codes.iter_mut().zip(q) {
+                    *c = if j % 2 == 0 { q & 0xF } else { q >> 4 };
                 }
             }
         }

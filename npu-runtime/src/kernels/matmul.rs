@@ -286,6 +286,9 @@ fn run_isa(
         // SAFETY: `matmul_with_isa` only passes an ISA this CPU supports, and the
         // activations were quantized for this call's tokens and columns.
         Isa::Avx512Vnni => unsafe { super::x86_avx512::run(k, acts, x, g0, g1, write) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2.
+        Isa::Avx2 => unsafe { super::x86_avx2::run(k, acts, x, g0, g1, write) },
         _ => portable::run(k, acts, x, g0, g1, write),
     }
 }

@@ -15,6 +15,8 @@ mod portable;
 pub mod simd;
 pub mod vector;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
 pub use ggml::GgmlType;

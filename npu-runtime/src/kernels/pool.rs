@@ -192,7 +192,7 @@ fn worker(s: &Shared) {
                 break;
             }
             i = i.wrapping_add(1);
-            if i % 1024 == 0 && start.elapsed() > SPIN {
+            if i.is_multiple_of(1024) && start.elapsed() > SPIN {
                 let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
                 s.sleepers.fetch_add(1, Ordering::SeqCst);
                 while s.epoch.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {

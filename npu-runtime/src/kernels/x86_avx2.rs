@@ -1,0 +1,310 @@
+//! AVX2 kernels: the AVX-512 scheme on 256-bit vectors. Each 64-byte layout
+//! vector is processed as two halves (rows 0..8 and 8..16), each half fully
+//! independently. `vpmaddubsw` + `vpmaddwd` replace `vpdpbusd`; for Q8_0 the
+//! sign trick keeps `vpmaddubsw` from saturating. Integer sums are exact, so
+//! results equal the portable kernel's bit for bit.
+
+use std::arch::x86_64::*;
+
+use super::act::QuantActs;
+use super::layout::{zero_point, GROUP};
+use super::matmul::Kernel;
+use super::portable::TCHUNK;
+use super::GgmlType;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+const Q4K: u8 = 5;
+const Q6K: u8 = 6;
+
+type Write<'a> = &'a dyn Fn(usize, usize, &[f32; GROUP]);
+
+/// Compute groups `g0..g1` for all tokens.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (`Isa::Avx2.is_supported()`);
+/// `acts` must hold the quantized activations of `k.n_tokens` tokens of
+/// `k.cols` columns and `x` the f32 ones.
+pub(crate) unsafe fn run(
+    k: &Kernel,
+    acts: &QuantActs,
+    x: &[f32],
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
+    // SAFETY (all arms): the caller guarantees the CPU features and inputs.
+    unsafe {
+        match k.ty {
+            GgmlType::Q4_0 => quant::<Q4_0>(k, acts, g0, g1, write),
+            GgmlType::Q4_1 => quant::<Q4_1>(k, acts, g0, g1, write),
+            GgmlType::Q5_0 => quant::<Q5_0>(k, acts, g0, g1, write),
+            GgmlType::Q5_1 => quant::<Q5_1>(k, acts, g0, g1, write),
+            GgmlType::Q8_0 => quant::<Q8_0>(k, acts, g0, g1, write),
+            GgmlType::Q4K => quant::<Q4K>(k, acts, g0, g1, write),
+            GgmlType::Q6K => quant::<Q6K>(k, acts, g0, g1, write),
+            GgmlType::F32 | GgmlType::F16 => float(k, x, g0, g1, write),
+        }
+    }
+}
+
+fn fmt_type(f: u8) -> GgmlType {
+    [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ][f as usize]
+}
+
+/// 32 bytes, byte j = 0xFF if bit j of `m` is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bits_to_bytes(m: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(m as i32),
+        _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+}
+
+/// Σ over 4 consecutive bytes of u8 `w` times i8 `a`, into 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot4(w: __m256i, a: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
+    let nb = k.cols / 32;
+    let p = k.planes;
+    // Q8_0 codes are made signed again for the sign trick, so no zero point.
+    let z = if F == Q8_0 {
+        0
+    } else {
+        zero_point(fmt_type(F))
+    };
+    let has_min = matches!(F, Q4_1 | Q5_1 | Q4K);
+    let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
+    let mut res = [0f32; GROUP];
+    let nib = _mm256_set1_epi8(0x0F);
+    let m30 = _mm256_set1_epi8(0x30);
+    let m10 = _mm256_set1_epi8(0x10);
+    let sign = _mm256_set1_epi32(i32::MIN);
+    let flip = _mm256_set1_epi8(-128);
+    for g in g0..g1 {
+        let group = k.group(g);
+        let codes = group.as_ptr();
+        let high = group[p.codes..].as_ptr();
+        let scales = group[p.codes + p.high..].as_ptr();
+        for t0 in (0..k.n_tokens).step_by(TCHUNK) {
+            let nt = TCHUNK.min(k.n_tokens - t0);
+            for a in &mut acc[..nt] {
+                *a = [_mm256_setzero_ps(); 2];
+            }
+            for b in 0..nb {
+                for h in 0..2 {
+                    // SAFETY: offsets stay inside this group's planes as in the
+                    // AVX-512 kernel; `h * 32` selects rows 8h..8h+8 of a vector.
+                    let mut w = [_mm256_setzero_si256(); 8];
+                    if F == Q8_0 {
+                        for (c, w) in w.iter_mut().enumerate() {
+                            *w = _mm256_loadu_si256(codes.add(b * 512 + c * 64 + h * 32).cast());
+                        }
+                    } else {
+                        for j in 0..4 {
+                            let v = _mm256_loadu_si256(codes.add(b * 256 + j * 64 + h * 32).cast());
+                            w[j] = _mm256_and_si256(v, nib);
+                            w[j + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib);
+                        }
+                    }
+                    if F == Q5_0 || F == Q5_1 {
+                        for (c, w) in w.iter_mut().enumerate() {
+                            let m = high
+                                .add(b * 64 + c * 8 + h * 4)
+                                .cast::<u32>()
+                                .read_unaligned();
+                            *w = _mm256_or_si256(*w, _mm256_and_si256(bits_to_bytes(m), m10));
+                        }
+                    }
+                    if F == Q6K {
+                        for q in 0..2 {
+                            let hv = _mm256_loadu_si256(high.add(b * 128 + q * 64 + h * 32).cast());
+                            let parts = [
+                                _mm256_slli_epi16::<4>(hv),
+                                _mm256_slli_epi16::<2>(hv),
+                                hv,
+                                _mm256_srli_epi16::<2>(hv),
+                            ];
+                            for (kk, part) in parts.into_iter().enumerate() {
+                                let c = 4 * q + kk;
+                                w[c] = _mm256_or_si256(w[c], _mm256_and_si256(part, m30));
+                            }
+                        }
+                    }
+                    let (mut wabs, mut wsgn) =
+                        ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
+                    if F == Q8_0 {
+                        for c in 0..8 {
+                            wsgn[c] = _mm256_xor_si256(w[c], flip);
+                            wabs[c] = _mm256_abs_epi8(wsgn[c]);
+                        }
+                    }
+                    let f16x8 = |off: usize| {
+                        _mm256_cvtph_ps(_mm_loadu_si128(scales.add(off + h * 16).cast()))
+                    };
+                    let (scale, min, sub_lo, sub_hi);
+                    match F {
+                        Q4_1 | Q5_1 => {
+                            scale = f16x8(b * 64);
+                            min = f16x8(b * 64 + 32);
+                            (sub_lo, sub_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        }
+                        Q4K => {
+                            let s0 = (b / 8) * 320;
+                            let j = b % 8;
+                            let d = f16x8(s0);
+                            let dmin = f16x8(s0 + 32);
+                            let u8x8 = |off: usize| {
+                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                    scales.add(off + h * 8).cast(),
+                                )))
+                            };
+                            scale = _mm256_mul_ps(d, u8x8(s0 + 64 + j * 32));
+                            let m = _mm256_mul_ps(dmin, u8x8(s0 + 80 + j * 32));
+                            min =
+                                _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(m), sign));
+                            (sub_lo, sub_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        }
+                        Q6K => {
+                            let s0 = (b / 8) * 320;
+                            let j = b % 8;
+                            scale = f16x8(s0);
+                            min = _mm256_setzero_ps();
+                            let i8x8 = |off: usize| {
+                                _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                    scales.add(off + h * 8).cast(),
+                                ))
+                            };
+                            sub_lo = i8x8(s0 + 64 + j * 32);
+                            sub_hi = i8x8(s0 + 80 + j * 32);
+                        }
+                        _ => {
+                            scale = f16x8(b * 32);
+                            min = _mm256_setzero_ps();
+                            (sub_lo, sub_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        }
+                    }
+                    for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                        let blk = (t0 + dt) * nb + b;
+                        // SAFETY: blk < n_tokens * nb, within the quantized activations.
+                        let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
+                        let s = *acts.sum.get_unchecked(blk);
+                        let bc = |c: usize| _mm256_set1_epi32(a.add(c).read_unaligned());
+                        let prod = |c: usize| {
+                            if F == Q8_0 {
+                                dot4(wabs[c], _mm256_sign_epi8(bc(c), wsgn[c]))
+                            } else {
+                                dot4(w[c], bc(c))
+                            }
+                        };
+                        let isum = if F == Q6K {
+                            let s_lo = *acts.sum_lo.get_unchecked(blk);
+                            let mut lo = _mm256_set1_epi32(-32 * s_lo);
+                            let mut hi = _mm256_set1_epi32(-32 * (s - s_lo));
+                            for c in 0..4 {
+                                lo = _mm256_add_epi32(lo, prod(c));
+                                hi = _mm256_add_epi32(hi, prod(c + 4));
+                            }
+                            _mm256_add_epi32(
+                                _mm256_mullo_epi32(lo, sub_lo),
+                                _mm256_mullo_epi32(hi, sub_hi),
+                            )
+                        } else {
+                            let mut i0 = _mm256_set1_epi32(-z * s);
+                            let mut i1 = _mm256_setzero_si256();
+                            for c in (0..8).step_by(2) {
+                                i0 = _mm256_add_epi32(i0, prod(c));
+                                i1 = _mm256_add_epi32(i1, prod(c + 1));
+                            }
+                            _mm256_add_epi32(i0, i1)
+                        };
+                        let da = _mm256_set1_ps(*acts.d.get_unchecked(blk));
+                        let mut v = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(isum),
+                            _mm256_mul_ps(scale, da),
+                            acc[h],
+                        );
+                        if has_min {
+                            v = _mm256_fmadd_ps(
+                                min,
+                                _mm256_set1_ps(*acts.dsum.get_unchecked(blk)),
+                                v,
+                            );
+                        }
+                        acc[h] = v;
+                    }
+                }
+            }
+            for (dt, acc) in acc[..nt].iter().enumerate() {
+                _mm256_storeu_ps(res.as_mut_ptr(), acc[0]);
+                _mm256_storeu_ps(res.as_mut_ptr().add(8), acc[1]);
+                write(t0 + dt, g, &res);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn float(k: &Kernel, x: &[f32], g0: usize, g1: usize, write: Write) {
+    let f32w = k.ty == GgmlType::F32;
+    let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
+    let mut res = [0f32; GROUP];
+    for g in g0..g1 {
+        let w = k.group(g).as_ptr();
+        for t0 in (0..k.n_tokens).step_by(TCHUNK) {
+            let nt = TCHUNK.min(k.n_tokens - t0);
+            for a in &mut acc[..nt] {
+                *a = [_mm256_setzero_ps(); 2];
+            }
+            for kk in 0..k.cols {
+                // SAFETY: column kk's 16 values lie at kk*64 (f32) or kk*32 (f16)
+                // inside the group (cols*64 or cols*32 bytes).
+                let (w0, w1) = if f32w {
+                    (
+                        _mm256_loadu_ps(w.add(kk * 64).cast()),
+                        _mm256_loadu_ps(w.add(kk * 64 + 32).cast()),
+                    )
+                } else {
+                    (
+                        _mm256_cvtph_ps(_mm_loadu_si128(w.add(kk * 32).cast())),
+                        _mm256_cvtph_ps(_mm_loadu_si128(w.add(kk * 32 + 16).cast())),
+                    )
+                };
+                for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                    let xv = _mm256_set1_ps(*x.get_unchecked((t0 + dt) * k.cols + kk));
+                    acc[0] = _mm256_fmadd_ps(w0, xv, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w1, xv, acc[1]);
+                }
+            }
+            for (dt, acc) in acc[..nt].iter().enumerate() {
+                _mm256_storeu_ps(res.as_mut_ptr(), acc[0]);
+                _mm256_storeu_ps(res.as_mut_ptr().add(8), acc[1]);
+                write(t0 + dt, g, &res);
+            }
+        }
+    }
+}
