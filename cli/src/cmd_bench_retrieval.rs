@@ -1,8 +1,406 @@
-//! `rag bench retrieval`.
+//! `rag bench retrieval`: quality (recall@1/5/10, MRR) of BM25, dense and hybrid on a
+//! labelled question set, and `--scale N` for indexing throughput and query latency on a
+//! synthetic corpus of about N chunks. Results go to stdout and BENCHMARKS.md.
+
+use crate::bench_report;
+use anyhow::{Context, Result};
+use rag::{Hit, Index, IndexOptions, IndexProgress, Phase, SearchMode};
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Corpus folders (the labels' paths are suffixes of indexed paths).
+    #[arg(long, required = true)]
+    pub corpus: Vec<PathBuf>,
+    #[arg(long, default_value = "bench/retrieval/questions.jsonl")]
+    pub questions: PathBuf,
+    /// Reuse this index directory (default: a fresh temporary one, removed afterwards).
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
+    /// BM25 only.
+    #[arg(long)]
+    pub no_dense: bool,
+    /// Synthetic corpus of about this many chunks: throughput and latency instead of quality.
+    #[arg(long)]
+    pub scale: Option<usize>,
+    /// Queries per mode for latency percentiles.
+    #[arg(long, default_value_t = 300)]
+    pub latency_queries: usize,
+    /// Do not touch BENCHMARKS.md.
+    #[arg(long)]
+    pub no_write: bool,
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag bench retrieval' is not available in this build yet")
+#[derive(serde::Deserialize)]
+struct Question {
+    id: String,
+    question: String,
+    relevant: Vec<Label>,
+}
+
+#[derive(serde::Deserialize)]
+struct Label {
+    path: String,
+    #[serde(default)]
+    contains: String,
+}
+
+#[derive(serde::Serialize, Clone)]
+struct ModeResult {
+    mode: String,
+    recall_at_1: f64,
+    recall_at_5: f64,
+    recall_at_10: f64,
+    mrr: f64,
+    latency_p50_ms: f64,
+    latency_p99_ms: f64,
+    misses_at_5: Vec<String>,
+}
+
+fn norm(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+fn is_relevant(hit: &Hit, labels: &[Label]) -> bool {
+    let text = norm(&hit.text);
+    labels.iter().any(|l| {
+        let p = Path::new(&hit.path);
+        p.ends_with(&l.path) && (l.contains.is_empty() || text.contains(&norm(&l.contains)))
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn modes(dense: bool) -> Vec<(SearchMode, &'static str)> {
+    let mut m = vec![(SearchMode::Bm25, "bm25")];
+    if dense {
+        m.push((SearchMode::Dense, "dense"));
+        m.push((SearchMode::Hybrid, "hybrid (RRF k=60)"));
+    }
+    m
+}
+
+struct TempIndex {
+    dir: PathBuf,
+    remove: bool,
+}
+
+impl Drop for TempIndex {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn index_dir(a: &Args, tag: &str) -> TempIndex {
+    match &a.index_dir {
+        Some(d) => TempIndex {
+            dir: d.clone(),
+            remove: false,
+        },
+        None => TempIndex {
+            dir: std::env::temp_dir().join(format!("rag-bench-{tag}-{}", std::process::id())),
+            remove: true,
+        },
+    }
+}
+
+/// Index with phase timings: (summary, parse+bm25 seconds, embed seconds).
+fn timed_index(index: &Index, roots: &[PathBuf]) -> Result<(rag::IndexSummary, f64, f64)> {
+    let t0 = Instant::now();
+    let embed_start: Cell<Option<Instant>> = Cell::new(None);
+    let embed_end: Cell<Option<Instant>> = Cell::new(None);
+    let progress = |p: IndexProgress| match p.phase {
+        Phase::Embed if embed_start.get().is_none() => embed_start.set(Some(Instant::now())),
+        Phase::Finish if embed_end.get().is_none() => embed_end.set(Some(Instant::now())),
+        _ => {}
+    };
+    let s = index.add_paths(roots, &IndexOptions::default(), &progress)?;
+    let end = Instant::now();
+    let es = embed_start.get();
+    let parse = es.unwrap_or(end).duration_since(t0).as_secs_f64();
+    let embed = match (es, embed_end.get()) {
+        (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
+        _ => 0.0,
+    };
+    Ok((s, parse, embed))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let text = std::fs::read_to_string(&a.questions)
+        .with_context(|| format!("reading {}", a.questions.display()))?;
+    let questions: Vec<Question> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{}:{}", a.questions.display(), i + 1))
+        })
+        .collect::<Result<_>>()?;
+    anyhow::ensure!(
+        !questions.is_empty(),
+        "no questions in {}",
+        a.questions.display()
+    );
+    match a.scale {
+        Some(n) => run_scale(&a, &questions, n),
+        None => run_quality(&a, &questions),
+    }
+}
+
+fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
+    let embedder = crate::cmd_index::load_embedder(a.no_dense)?;
+    let dense = embedder.is_some();
+    let tmp = index_dir(a, "quality");
+    let index = Index::open(&tmp.dir, embedder)?;
+    let (summary, _, _) = timed_index(&index, &a.corpus)?;
+    eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
+    let mut results = Vec::new();
+    for (mode, name) in modes(dense) {
+        let (mut r1, mut r5, mut r10, mut mrr) = (0.0, 0.0, 0.0, 0.0);
+        let mut lat = Vec::new();
+        let mut misses = Vec::new();
+        for q in questions {
+            let t = Instant::now();
+            let hits = index.search(&q.question, 10, mode)?;
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            let rank = hits
+                .iter()
+                .position(|h| is_relevant(h, &q.relevant))
+                .map(|p| p + 1);
+            if let Some(r) = rank {
+                r1 += (r <= 1) as u32 as f64;
+                r5 += (r <= 5) as u32 as f64;
+                r10 += 1.0;
+                mrr += 1.0 / r as f64;
+            }
+            if rank.is_none_or(|r| r > 5) {
+                misses.push(q.id.clone());
+            }
+        }
+        let n = questions.len() as f64;
+        lat.sort_by(f64::total_cmp);
+        results.push(ModeResult {
+            mode: name.to_string(),
+            recall_at_1: r1 / n,
+            recall_at_5: r5 / n,
+            recall_at_10: r10 / n,
+            mrr: mrr / n,
+            latency_p50_ms: percentile(&lat, 0.5),
+            latency_p99_ms: percentile(&lat, 0.99),
+            misses_at_5: misses,
+        });
+    }
+    let mut body = String::new();
+    let corpus: Vec<String> = a.corpus.iter().map(|c| c.display().to_string()).collect();
+    writeln!(
+        body,
+        "Corpus: {} ({} files indexed, {} skipped, {} chunks of <=200 estimated tokens, overlap 40). Questions: {} ({}), written for this corpus; a hit counts when its file matches the label and its text contains the labelled snippet. Embedder: {}.\n",
+        corpus.join(", "),
+        summary.files_indexed + summary.files_unchanged,
+        summary.skipped_total(),
+        summary.chunks_total,
+        questions.len(),
+        a.questions.display(),
+        if dense { "all-MiniLM-L6-v2 on our runtime (f32, CPU)" } else { "none (--no-dense)" }
+    )?;
+    writeln!(
+        body,
+        "| method | recall@1 | recall@5 | recall@10 | MRR@10 | query p50 (ms) | query p99 (ms) |"
+    )?;
+    writeln!(body, "|---|---|---|---|---|---|---|")?;
+    for r in &results {
+        writeln!(
+            body,
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} |",
+            r.mode,
+            r.recall_at_1,
+            r.recall_at_5,
+            r.recall_at_10,
+            r.mrr,
+            r.latency_p50_ms,
+            r.latency_p99_ms
+        )?;
+    }
+    for r in &results {
+        if !r.misses_at_5.is_empty() {
+            writeln!(
+                body,
+                "\nMissed at 5 by {}: {}",
+                r.mode,
+                r.misses_at_5.join(", ")
+            )?;
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        println!("{body}");
+    }
+    if !a.no_write {
+        bench_report::write_section(
+            "retrieval-quality",
+            "Retrieval quality (rag bench retrieval)",
+            &body,
+        )?;
+    }
+    Ok(())
+}
+
+/// Deterministic xorshift for the synthetic corpus.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Write files of random sentences over the corpus vocabulary: 10 sections per file, each
+/// sized to become exactly one chunk, so the chunk count is known in advance.
+fn synth_corpus(dir: &Path, vocab_from: &[PathBuf], chunks: usize) -> Result<usize> {
+    let mut vocab: Vec<String> = Vec::new();
+    let (files, _) = corpus_tools::walk::walk(vocab_from, &Default::default());
+    for f in files.iter().take(2000) {
+        if let Ok(t) = std::fs::read_to_string(f) {
+            vocab.extend(
+                t.split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| w.len() >= 3 && w.len() <= 12)
+                    .map(|w| w.to_lowercase()),
+            );
+        }
+    }
+    vocab.sort();
+    vocab.dedup();
+    anyhow::ensure!(
+        vocab.len() > 100,
+        "too few words in the corpus to synthesize from"
+    );
+    std::fs::create_dir_all(dir)?;
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let files_needed = chunks.div_ceil(10);
+    for f in 0..files_needed {
+        let sub = dir.join(format!("d{:03}", f / 1000));
+        std::fs::create_dir_all(&sub)?;
+        let mut doc = String::new();
+        for s in 0..10 {
+            writeln!(doc, "## Section {f}-{s}\n")?;
+            let mut tokens = 0;
+            while tokens < 120 {
+                let mut line = String::new();
+                for _ in 0..12 {
+                    let w = &vocab[(rng.next() % vocab.len() as u64) as usize];
+                    line.push_str(w);
+                    line.push(' ');
+                }
+                tokens += corpus_tools::tokens::estimate_tokens(&line);
+                writeln!(doc, "{}.", line.trim_end())?;
+            }
+            doc.push('\n');
+        }
+        std::fs::write(sub.join(format!("doc{f:06}.md")), doc)?;
+    }
+    Ok(files_needed * 10)
+}
+
+fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
+    let embedder = crate::cmd_index::load_embedder(a.no_dense)?;
+    let dense = embedder.is_some();
+    let tmp = index_dir(a, &format!("scale{n}"));
+    let corpus_dir =
+        std::env::temp_dir().join(format!("rag-bench-synth{n}-{}", std::process::id()));
+    let _cleanup = TempIndex {
+        dir: corpus_dir.clone(),
+        remove: true,
+    };
+    let planned = synth_corpus(&corpus_dir, &a.corpus, n)?;
+    let index = Index::open(&tmp.dir, embedder)?;
+    let (summary, parse_s, embed_s) = timed_index(&index, &[corpus_dir.clone()])?;
+    eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
+    let total_s = summary.elapsed.as_secs_f64();
+    // Re-run with nothing changed: the incremental no-op cost.
+    let (noop, _, _) = timed_index(&index, &[corpus_dir.clone()])?;
+    let mut lat_rows = Vec::new();
+    for (mode, name) in modes(dense) {
+        let mut lat = Vec::with_capacity(a.latency_queries);
+        for i in 0..a.latency_queries {
+            let q = &questions[i % questions.len()].question;
+            let t = Instant::now();
+            let _ = index.search(q, 10, mode)?;
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        lat.sort_by(f64::total_cmp);
+        lat_rows.push((name, percentile(&lat, 0.5), percentile(&lat, 0.99)));
+    }
+    let mut body = String::new();
+    writeln!(
+        body,
+        "Synthetic corpus: {} files of random sentences over the vocabulary of {} ({} chunks planned, {} indexed), default chunking. Embedder: {}.\n",
+        planned / 10,
+        a.corpus.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "),
+        planned,
+        summary.chunks_total,
+        if dense { "all-MiniLM-L6-v2 on our runtime (f32, CPU)" } else { "none (--no-dense: BM25 only)" }
+    )?;
+    writeln!(body, "| chunks | index total (s) | walk+parse+chunk+store+BM25 (s) | embed (s) | throughput (chunks/s, end to end) | no-op re-run (s) |")?;
+    writeln!(body, "|---|---|---|---|---|---|")?;
+    writeln!(
+        body,
+        "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
+        summary.chunks_total,
+        total_s,
+        parse_s,
+        embed_s,
+        summary.chunks_added as f64 / total_s.max(1e-9),
+        noop.elapsed.as_secs_f64()
+    )?;
+    writeln!(
+        body,
+        "| method | query p50 (ms) | query p99 (ms) | queries |"
+    )?;
+    writeln!(body, "|---|---|---|---|")?;
+    for (name, p50, p99) in &lat_rows {
+        writeln!(
+            body,
+            "| {name} | {p50:.2} | {p99:.2} | {} |",
+            a.latency_queries
+        )?;
+    }
+    if a.json {
+        let j = serde_json::json!({
+            "chunks": summary.chunks_total, "index_s": total_s, "parse_s": parse_s, "embed_s": embed_s,
+            "noop_s": noop.elapsed.as_secs_f64(),
+            "latency": lat_rows.iter().map(|(n, p50, p99)| serde_json::json!({"mode": n, "p50_ms": p50, "p99_ms": p99})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("{body}");
+    }
+    if !a.no_write {
+        let key = format!("retrieval-scale-{n}{}", if dense { "" } else { "-bm25" });
+        let title = format!(
+            "Retrieval at scale: {n} chunks{}",
+            if dense { "" } else { " (BM25 only)" }
+        );
+        bench_report::write_section(&key, &title, &body)?;
+    }
+    let _ = Duration::ZERO;
+    Ok(())
 }

@@ -1,8 +1,140 @@
-//! `rag index`.
+//! `rag index DIR...`: build or update the local index (incremental, crash-safe).
+
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rag::{Embedder, Index, IndexOptions, IndexProgress, IndexSummary, Phase};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Folders (or files) to index.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Where the index lives.
+    #[arg(long, default_value = ".rag-index")]
+    pub index_dir: PathBuf,
+    /// BM25 only: do not load the embedding model.
+    #[arg(long)]
+    pub no_dense: bool,
+    /// Maximum tokens per chunk.
+    #[arg(long, default_value_t = 200)]
+    pub chunk_tokens: usize,
+    /// Tokens shared by consecutive chunks.
+    #[arg(long, default_value_t = 40)]
+    pub overlap: usize,
+    /// Skip files larger than this many MiB.
+    #[arg(long, default_value_t = 20)]
+    pub max_file_mb: u64,
+    /// Also index hidden files and directories.
+    #[arg(long)]
+    pub hidden: bool,
+    /// Commit the store and BM25 after this many new chunks.
+    #[arg(long, default_value_t = 2000)]
+    pub commit_every: usize,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag index' is not available in this build yet")
+/// The embedding model directory: `$RAG_MODEL_DIR/minilm-l6-v2` or the user cache.
+pub fn embedder_dir() -> PathBuf {
+    rag::models::cache_dir().join(rag::models::DEFAULT_EMBEDDER)
+}
+
+/// Load the MiniLM embedder, or None with `no_dense`. A missing model is a clear error.
+pub fn load_embedder(no_dense: bool) -> Result<Option<Arc<dyn Embedder>>> {
+    if no_dense {
+        return Ok(None);
+    }
+    let dir = embedder_dir();
+    if !dir.join("model.safetensors").is_file() || !dir.join("tokenizer.json").is_file() {
+        bail!(
+            "embedding model not found in {}: run `scripts/fetch-model.sh minilm-l6-v2` (or `rag model pull minilm-l6-v2`), or pass --no-dense for BM25-only retrieval",
+            dir.display()
+        );
+    }
+    let e = rag::embed::MiniLmEmbedder::load(&dir)?;
+    Ok(Some(Arc::new(e)))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let embedder = load_embedder(a.no_dense)?;
+    let index = Index::open(&a.index_dir, embedder)?;
+    let mut opts = IndexOptions::default();
+    opts.chunk.chunk_tokens = a.chunk_tokens;
+    opts.chunk.overlap_tokens = a.overlap;
+    opts.limits.max_file_bytes = a.max_file_mb << 20;
+    opts.include_hidden = a.hidden;
+    opts.commit_every_chunks = a.commit_every.max(1);
+    let bar = progress_bar();
+    let on_progress = |p: IndexProgress| update_bar(&bar, &p);
+    let summary = index.add_paths(&a.dirs, &opts, &on_progress)?;
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        eprintln!("{}", summary_line(&summary, &a.index_dir));
+    }
+    Ok(())
+}
+
+pub(crate) fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix:>7} [{bar:30}] {pos}/{len} {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+pub(crate) fn update_bar(bar: &ProgressBar, p: &IndexProgress) {
+    let prefix = match p.phase {
+        Phase::Scan => "scan",
+        Phase::Parse => "parse",
+        Phase::Embed => "embed",
+        Phase::Finish => "finish",
+    };
+    bar.set_prefix(prefix);
+    bar.set_length(p.total);
+    bar.set_position(p.done);
+    if let Some(c) = &p.current {
+        bar.set_message(c.clone());
+    } else {
+        bar.set_message("");
+    }
+}
+
+pub fn summary_line(s: &IndexSummary, index_dir: &Path) -> String {
+    let secs = s.elapsed.as_secs_f64();
+    let skipped = if s.skipped.is_empty() {
+        "0 skipped".to_string()
+    } else {
+        let parts: Vec<String> = s.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        format!("{} skipped ({})", s.skipped_total(), parts.join(", "))
+    };
+    let rate = if secs > 0.0 {
+        s.chunks_added as f64 / secs
+    } else {
+        0.0
+    };
+    format!(
+        "indexed {} files: {} new/changed, {} unchanged, {} removed, {skipped}; chunks: {} total (+{} -{}), {} embedded; {:.2} s ({:.1} chunks/s) -> {}",
+        s.files_seen,
+        s.files_indexed,
+        s.files_unchanged,
+        s.files_removed,
+        s.chunks_total,
+        s.chunks_added,
+        s.chunks_removed,
+        s.chunks_embedded,
+        secs,
+        rate,
+        index_dir.display()
+    )
 }

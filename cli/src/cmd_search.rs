@@ -1,8 +1,84 @@
-//! `rag search`.
+//! `rag search "QUERY"`: ranked chunks with scores and locations.
+
+use anyhow::Result;
+use rag::{Hit, Index, SearchMode};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    pub query: String,
+    #[arg(long, default_value = ".rag-index")]
+    pub index_dir: PathBuf,
+    #[arg(long, short = 'k', default_value_t = 5)]
+    pub top_k: usize,
+    /// hybrid (BM25 + dense, fused), bm25 or dense.
+    #[arg(long, default_value = "hybrid")]
+    pub mode: SearchMode,
+    /// BM25 only: do not load the embedding model.
+    #[arg(long)]
+    pub no_dense: bool,
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag search' is not available in this build yet")
+pub fn run(a: Args) -> Result<()> {
+    anyhow::ensure!(
+        a.index_dir.join("store.sqlite").is_file(),
+        "no index at {}: run `rag index DIR` first",
+        a.index_dir.display()
+    );
+    let mode = if a.no_dense { SearchMode::Bm25 } else { a.mode };
+    let embedder = crate::cmd_index::load_embedder(mode == SearchMode::Bm25)?;
+    let index = Index::open(&a.index_dir, embedder)?;
+    let hits = index.search(&a.query, a.top_k, mode)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&hits)?);
+        return Ok(());
+    }
+    if hits.is_empty() {
+        println!("no results");
+    }
+    for (i, h) in hits.iter().enumerate() {
+        println!(
+            "{}. {}  score {:.4}{}",
+            i + 1,
+            location(h),
+            h.score,
+            ranks(h)
+        );
+        if let Some(head) = &h.heading {
+            println!("   [{head}]");
+        }
+        for line in h.text.lines().filter(|l| !l.trim().is_empty()).take(3) {
+            let line: String = line.chars().take(110).collect();
+            println!("   {line}");
+        }
+    }
+    Ok(())
+}
+
+/// `path:12-20` or `path (page 3)`, with the path relative to the working directory.
+pub fn location(h: &Hit) -> String {
+    let cwd = std::env::current_dir().ok();
+    let p = Path::new(&h.path);
+    let shown = cwd
+        .as_deref()
+        .and_then(|c| p.strip_prefix(c).ok())
+        .unwrap_or(p);
+    let mut s = shown.display().to_string();
+    if let Some((a, b)) = h.lines {
+        s += &format!(":{a}-{b}");
+    }
+    if let Some(pg) = h.page {
+        s += &format!(" (page {pg})");
+    }
+    s
+}
+
+fn ranks(h: &Hit) -> String {
+    let r = |x: Option<usize>| x.map(|v| format!("#{v}")).unwrap_or_else(|| "-".into());
+    match (h.bm25_rank, h.dense_rank) {
+        (None, None) => String::new(),
+        (b, d) => format!("  (bm25 {}, dense {})", r(b), r(d)),
+    }
 }
