@@ -1,8 +1,186 @@
-//! `rag bench model`.
+//! `rag bench model`: prefill and decode throughput and the verify-cost curve of a model
+//! on the CPU backend (the same measurements as scripts/peers/llamacpp_bench.py).
+
+use crate::bench_report;
+use anyhow::{Context, Result};
+use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use std::sync::Arc;
+use std::time::Instant;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// A .gguf path or a model name from `rag model list`.
+    #[arg(long, default_value = "smollm2-135m")]
+    pub model: String,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Compute threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Tokens per decode-speed measurement.
+    #[arg(long, default_value_t = 32)]
+    pub decode_tokens: usize,
+    /// Do not write the BENCHMARKS.md section.
+    #[arg(long)]
+    pub no_report: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag bench model' is not available in this build yet")
+const VERIFY_SIZES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+const DEPTH: usize = 1000;
+
+fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut xs = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        xs.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    Ok(xs[xs.len() / 2])
+}
+
+/// Deterministic token ids in [1000, min(vocab, 30000)) (as the llama.cpp peer script).
+fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
+    let hi = vocab.min(30_000) as u64;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (1000 + x % (hi - 1000)) as u32
+        })
+        .collect()
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn session(model: &Arc<Model>) -> Result<Session> {
+    Ok(Session::new(
+        model.clone(),
+        SessionOptions {
+            kv_capacity: 2048,
+            ..SessionOptions::default()
+        },
+    )?)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let path = npu_runtime::model_path::resolve(&args.model)?;
+    let model = Model::load(
+        &path,
+        &LoadOptions {
+            threads: args.threads,
+        },
+    )
+    .with_context(|| format!("loading {}", path.display()))?;
+    if model.config().ctx_len < 2048 {
+        anyhow::bail!("the benchmark needs a context of 2048 tokens");
+    }
+    let toks = bench_tokens(1200, model.vocab_size());
+    let mut s = session(&model)?;
+
+    let mut prefill = serde_json::Map::new();
+    s.prefill(&toks[..8], 0)?; // warm-up
+    for t in [128usize, 512] {
+        let ms = median_ms(args.reps, || {
+            s.truncate(0)?;
+            s.prefill(&toks[..t], 0)?;
+            Ok(())
+        })?;
+        prefill.insert(t.to_string(), (t as f64 / (ms / 1e3)).into());
+    }
+
+    let mut decode = serde_json::Map::new();
+    for depth in [0usize, DEPTH] {
+        s.truncate(0)?;
+        s.prefill(&toks[..depth + 1], 0)?;
+        let t0 = Instant::now();
+        for i in 0..args.decode_tokens {
+            s.decode_step(toks[depth + 1 + i])?;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        decode.insert(depth.to_string(), (args.decode_tokens as f64 / secs).into());
+    }
+
+    s.truncate(0)?;
+    s.prefill(&toks[..DEPTH], 0)?;
+    let mut verify = serde_json::Map::new();
+    let mut rows = Vec::new();
+    let mut one = 0.0;
+    for n in VERIFY_SIZES {
+        let batch = &toks[DEPTH..DEPTH + n];
+        let parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
+        s.forward_tree(batch, &parents)?; // warm-up
+        let ms = median_ms(args.reps, || {
+            s.forward_tree(batch, &parents)?;
+            Ok(())
+        })?;
+        if n == 1 {
+            one = ms;
+        }
+        verify.insert(n.to_string(), ms.into());
+        rows.push((n, ms, ms / one));
+    }
+    let rss = peak_rss_mb();
+    let isa = format!("{:?}", npu_runtime::kernels::detected());
+    let name = path
+        .file_name()
+        .map_or_else(|| args.model.clone(), |f| f.to_string_lossy().into_owned());
+    let out = serde_json::json!({
+        "model": name,
+        "threads": model.threads(),
+        "prefill_tok_s": prefill,
+        "decode_tok_s": decode,
+        "verify_ms": verify,
+        "peak_rss_mb": rss,
+        "isa": isa,
+    });
+    let f = |m: &serde_json::Map<String, serde_json::Value>, k: &str| {
+        m.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0)
+    };
+    let mut body = format!(
+        "Model `{name}`, {} threads, ISA {isa}, CPU backend, median of {} runs.\n\n\
+         | prefill T=128 | prefill T=512 | decode @0 | decode @{DEPTH} | peak RSS |\n\
+         |---|---|---|---|---|\n\
+         | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {rss:.0} MB |\n\n\
+         Verify cost at depth {DEPTH} (one forward of N new tokens, logits for all N):\n\n\
+         | N | ms | ratio to N=1 |\n|---|---|---|\n",
+        model.threads(),
+        args.reps,
+        f(&prefill, "128"),
+        f(&prefill, "512"),
+        f(&decode, "0"),
+        f(&decode, &DEPTH.to_string()),
+    );
+    for (n, ms, r) in rows {
+        body.push_str(&format!("| {n} | {ms:.2} | {r:.2} |\n"));
+    }
+    if !args.no_report {
+        bench_report::write_section(
+            &format!("model:{name}"),
+            &format!("rag bench model: {name}"),
+            &body,
+        )?;
+    }
+    if args.json {
+        println!("{out}");
+    } else {
+        println!("{body}");
+    }
+    Ok(())
 }

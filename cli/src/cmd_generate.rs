@@ -1,8 +1,107 @@
-//! `rag generate`.
+//! `rag generate`: greedy generation from a prompt with a local model (no retrieval).
+
+use anyhow::{Context, Result};
+use graphs::chat::ChatMessage;
+use graphs::tokenizer::StreamDecoder;
+use npu_runtime::session::{generate_greedy, LoadOptions, Model, Session, SessionOptions};
+use std::io::Write;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// A .gguf path or a model name from `rag model list`.
+    #[arg(long, default_value = "smollm2-135m")]
+    pub model: String,
+    /// The prompt text.
+    #[arg(long)]
+    pub prompt: String,
+    /// Maximum tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Wrap the prompt as a user turn of the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+    /// Compute threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag generate' is not available in this build yet")
+pub fn run(args: Args) -> Result<()> {
+    let path = npu_runtime::model_path::resolve(&args.model)?;
+    let model = Model::load(
+        &path,
+        &LoadOptions {
+            threads: args.threads,
+        },
+    )
+    .with_context(|| format!("loading {}", path.display()))?;
+    let tok = model.tokenizer();
+    let prompt = if args.chat {
+        model
+            .chat_template()
+            .encode_chat(tok, &[ChatMessage::new("user", &args.prompt)], true)?
+    } else {
+        let mut ids = tok.encode(&args.prompt, false)?;
+        if let (true, Some(bos)) = (tok.add_bos(), tok.bos_id()) {
+            ids.insert(0, bos);
+        }
+        ids
+    };
+    if prompt.is_empty() {
+        anyhow::bail!("the prompt encodes to no tokens");
+    }
+    let ctx = model.config().ctx_len;
+    if prompt.len() >= ctx {
+        anyhow::bail!(
+            "prompt of {} tokens does not fit the model's context of {ctx} tokens",
+            prompt.len()
+        );
+    }
+    let kv_capacity = (prompt.len() + args.max_tokens + 1).min(ctx);
+    let mut session = Session::new(
+        model.clone(),
+        SessionOptions {
+            kv_capacity,
+            ..SessionOptions::default()
+        },
+    )?;
+    let mut ids = Vec::new();
+    let mut stream = StreamDecoder::new();
+    let mut piece = String::new();
+    let mut stdout = std::io::stdout().lock();
+    let stats = generate_greedy(&mut session, &prompt, args.max_tokens, |t| {
+        ids.push(t);
+        if !args.json {
+            piece.clear();
+            stream.push(tok, t, &mut piece);
+            // A closed stdout (e.g. piped into `head`) stops generation.
+            return write!(stdout, "{piece}")
+                .and_then(|_| stdout.flush())
+                .is_ok();
+        }
+        true
+    })?;
+    if args.json {
+        let text = tok.decode(&ids)?;
+        let obj = serde_json::json!({
+            "tokens": ids,
+            "text": text,
+            "prompt_tokens": stats.prompt_tokens,
+            "prefill_ms": stats.prefill_ms,
+            "decode_ms": stats.decode_ms,
+            "decode_tok_s": stats.decode_tok_s,
+        });
+        writeln!(stdout, "{obj}")?;
+    } else {
+        piece.clear();
+        stream.finish(&mut piece);
+        writeln!(stdout, "{piece}")?;
+        eprintln!(
+            "[{} prompt tokens, prefill {:.1} ms; {} tokens, {:.1} tok/s decode]",
+            stats.prompt_tokens, stats.prefill_ms, stats.generated, stats.decode_tok_s
+        );
+    }
+    Ok(())
 }

@@ -84,7 +84,12 @@ impl CpuBackend {
             RopeStyle::Normal => RopeLayout::Adjacent,
             RopeStyle::Neox => RopeLayout::Halves,
         };
-        let rope = Arc::new(RopeTable::new(c.head_dim, c.rope_theta, kv_capacity, layout));
+        let rope = Arc::new(RopeTable::new(
+            c.head_dim,
+            c.rope_theta,
+            kv_capacity,
+            layout,
+        ));
         CpuBackend {
             model,
             rope,
@@ -136,7 +141,10 @@ impl Backend for CpuBackend {
             )));
         }
         if shape.tokens == 0 || shape.tokens > u16::MAX as usize {
-            return Err(RuntimeError::Backend(format!("bad token count {}", shape.tokens)));
+            return Err(RuntimeError::Backend(format!(
+                "bad token count {}",
+                shape.tokens
+            )));
         }
         if shape.kv_capacity > self.kv_capacity {
             return Err(RuntimeError::Backend(format!(
@@ -305,11 +313,19 @@ impl Backend for CpuBackend {
                 return Err(RuntimeError::Backend("logits buffer too small".into()));
             }
             let xs = &mut b.x_norm[..rows * e];
-            rms_norm(&hidden[first_row * e..(first_row + rows) * e], &w.output_norm, c.rms_eps, xs);
+            rms_norm(
+                &hidden[first_row * e..(first_row + rows) * e],
+                &w.output_norm,
+                c.rms_eps,
+                xs,
+            );
             let lm = w.lm_head();
             // The LM head is split into row groups of the graph's token count so the
             // matmul scratch (sized for `t` tokens) always fits.
-            for (xc, oc) in xs.chunks(t * e).zip(io.logits[..rows * v].chunks_mut(t * v)) {
+            for (xc, oc) in xs
+                .chunks(t * e)
+                .zip(io.logits[..rows * v].chunks_mut(t * v))
+            {
                 matmul(lm, xc, xc.len() / e, oc, &mut b.mm, pool);
             }
         }

@@ -52,7 +52,10 @@ mod tests {
 
     #[test]
     fn manifest_names_map_to_files() {
-        assert_eq!(manifest_file("smollm2-135m").as_deref(), Some("smollm2-135m.gguf"));
+        assert_eq!(
+            manifest_file("smollm2-135m").as_deref(),
+            Some("smollm2-135m.gguf")
+        );
         assert!(manifest_file("no-such-model").is_none());
         let e = resolve("no-such-model").unwrap_err().to_string();
         assert!(e.contains("neither"), "{e}");

@@ -7,9 +7,11 @@ use crate::error::{Result, RuntimeError};
 use crate::kernels::ThreadPool;
 use crate::kv_cache::KvCache;
 use crate::weights::ModelWeights;
+use graphs::chat::ChatTemplate;
 use graphs::config::ModelConfig;
 use graphs::gguf::GgufFile;
 use graphs::ir::{cover_with_shapes, decode_shape_for, BlockSpec, GraphShape, DECODE_SHAPES};
+use graphs::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,6 +34,8 @@ pub struct Model {
     config: ModelConfig,
     weights: ModelWeights,
     pool: ThreadPool,
+    tokenizer: Tokenizer,
+    chat: ChatTemplate,
     eog: Vec<u32>,
 }
 
@@ -42,6 +46,9 @@ impl Model {
         let config = ModelConfig::from_gguf(&f)
             .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
         let weights = ModelWeights::load(&f, &config)?;
+        let tokenizer = Tokenizer::from_gguf(&f)
+            .map_err(|e| RuntimeError::Model(format!("{}: tokenizer: {e}", path.display())))?;
+        let chat = ChatTemplate::from_gguf(&f);
         let threads = if opts.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -59,6 +66,8 @@ impl Model {
             config,
             weights,
             pool: ThreadPool::new(threads),
+            tokenizer,
+            chat,
             eog,
         }))
     }
@@ -83,9 +92,17 @@ impl Model {
         self.pool.n_threads()
     }
 
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn chat_template(&self) -> &ChatTemplate {
+        &self.chat
+    }
+
     /// True for tokens that end a generation (EOS / end-of-turn).
     pub fn is_eog(&self, token: u32) -> bool {
-        self.eog.contains(&token)
+        self.tokenizer.is_end_of_generation(token) || self.eog.contains(&token)
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -157,7 +174,9 @@ impl Session {
             )));
         }
         if opts.prefill_chunk == 0 || opts.prefill_chunk > 4096 {
-            return Err(RuntimeError::InvalidInput("prefill_chunk must be in 1..=4096".into()));
+            return Err(RuntimeError::InvalidInput(
+                "prefill_chunk must be in 1..=4096".into(),
+            ));
         }
         if !DECODE_SHAPES.contains(&opts.max_verify) {
             return Err(RuntimeError::InvalidInput(format!(
@@ -284,7 +303,9 @@ impl Session {
     /// position's logits and, if `topk > 0`, the top-k successors of every prompt position.
     pub fn prefill(&mut self, tokens: &[u32], topk: usize) -> Result<PrefillOutput<'_>> {
         if tokens.is_empty() {
-            return Err(RuntimeError::InvalidInput("prefill of an empty prompt".into()));
+            return Err(RuntimeError::InvalidInput(
+                "prefill of an empty prompt".into(),
+            ));
         }
         self.check_tokens(tokens)?;
         self.check_room(tokens.len())?;
@@ -294,7 +315,11 @@ impl Session {
         self.topk.truncate(tokens.len());
         self.topk.resize_with(tokens.len(), Vec::new);
         let runs = cover_with_shapes(tokens.len(), self.opts.prefill_chunk, self.opts.max_verify);
-        let rows = if topk > 0 { LogitsRows::All } else { LogitsRows::Last };
+        let rows = if topk > 0 {
+            LogitsRows::All
+        } else {
+            LogitsRows::Last
+        };
         let mut off = 0;
         let mut last_row = 0;
         for r in runs {
@@ -304,7 +329,11 @@ impl Session {
             self.kv.advance(r)?;
             if topk > 0 {
                 for i in 0..r {
-                    top_k_into(&self.logits[i * v..(i + 1) * v], topk, &mut self.topk[off + i]);
+                    top_k_into(
+                        &self.logits[i * v..(i + 1) * v],
+                        topk,
+                        &mut self.topk[off + i],
+                    );
                 }
                 last_row = r - 1;
             }
@@ -484,7 +513,11 @@ pub fn generate_greedy(
         generated,
         prefill_ms,
         decode_ms: decode_s * 1e3,
-        decode_tok_s: if decode_s > 0.0 { steps as f64 / decode_s } else { 0.0 },
+        decode_tok_s: if decode_s > 0.0 {
+            steps as f64 / decode_s
+        } else {
+            0.0
+        },
         stop,
     })
 }

@@ -18,12 +18,21 @@ fn model() -> Option<Arc<Model>> {
 }
 
 fn session(m: &Arc<Model>) -> Session {
-    Session::new(m.clone(), SessionOptions { kv_capacity: 512, ..Default::default() }).unwrap()
+    Session::new(
+        m.clone(),
+        SessionOptions {
+            kv_capacity: 512,
+            ..Default::default()
+        },
+    )
+    .unwrap()
 }
 
 /// Deterministic pseudo-text token ids.
 fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) % 20000 + 100).collect()
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) % 20000 + 100)
+        .collect()
 }
 
 fn kv_equal(a: &Session, b: &Session, n: usize) {
@@ -62,7 +71,10 @@ fn decode_graphs_on_sub_chunks_equal_one_prefill_graph_run() {
     }
     assert_eq!(a.n_past(), prompt.len());
     assert_eq!(b.n_past(), prompt.len());
-    assert!(la == lb, "prefill graph vs 32-token decode graphs: logits differ");
+    assert!(
+        la == lb,
+        "prefill graph vs 32-token decode graphs: logits differ"
+    );
     assert!(la == lc, "prefill graph vs token-by-token: logits differ");
     kv_equal(&a, &b, prompt.len());
     kv_equal(&a, &c, prompt.len());
@@ -101,7 +113,10 @@ fn truncate_then_redecode_reproduces_logits() {
     s.truncate(prompt.len() + 3).unwrap();
     assert_eq!(s.n_past(), prompt.len() + 3);
     for i in 3..8 {
-        assert!(s.decode_step(fed[i]).unwrap() == logits[i].as_slice(), "step {i} after rollback");
+        assert!(
+            s.decode_step(fed[i]).unwrap() == logits[i].as_slice(),
+            "step {i} after rollback"
+        );
     }
     assert!(s.truncate(1000).is_err());
 }
@@ -136,7 +151,10 @@ fn tree_nodes_equal_their_root_paths_and_commit_continues_greedy() {
         for &p in &path {
             l = r.decode_step(tree_tokens[p]).unwrap().to_vec();
         }
-        assert!(l == tree_logits[node * v..(node + 1) * v], "node {node} (path {path:?})");
+        assert!(
+            l == tree_logits[node * v..(node + 1) * v],
+            "node {node} (path {path:?})"
+        );
     }
     // Commit the path 0-1-3-6 and keep decoding greedily: must equal plain greedy decoding
     // after feeding the same tokens, logits bit for bit and KV rows too.
@@ -160,20 +178,50 @@ fn tree_nodes_equal_their_root_paths_and_commit_continues_greedy() {
 #[test]
 fn bad_calls_are_errors() {
     let Some(m) = model() else { return };
-    let mut s = Session::new(m.clone(), SessionOptions { kv_capacity: 64, ..Default::default() }).unwrap();
+    let mut s = Session::new(
+        m.clone(),
+        SessionOptions {
+            kv_capacity: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(s.prefill(&[], 0).is_err());
-    assert!(s.prefill(&tokens(65, 0), 0).is_err(), "prompt longer than the KV capacity");
-    assert!(s.prefill(&[u32::MAX], 0).is_err(), "token outside the vocabulary");
+    assert!(
+        s.prefill(&tokens(65, 0), 0).is_err(),
+        "prompt longer than the KV capacity"
+    );
+    assert!(
+        s.prefill(&[u32::MAX], 0).is_err(),
+        "token outside the vocabulary"
+    );
     assert!(s.commit(&[0]).is_err(), "commit without a batch");
     assert!(s.forward_tree(&[1, 2], &[-1, 5]).is_err());
     assert!(s.forward_tree(&[1, 2], &[-1]).is_err());
     assert!(s.forward_tree(&tokens(65, 0), &[-1; 65]).is_err());
     s.prefill(&tokens(60, 0), 0).unwrap();
-    assert!(s.forward_tree(&tokens(5, 0), &[-1, 0, 1, 2, 3]).is_err(), "no room");
+    assert!(
+        s.forward_tree(&tokens(5, 0), &[-1, 0, 1, 2, 3]).is_err(),
+        "no room"
+    );
     s.forward_tree(&[10, 11], &[-1, -1]).unwrap();
     assert!(s.commit(&[0, 1]).is_err(), "siblings are not a path");
     s.commit(&[1]).unwrap();
     assert_eq!(s.n_past(), 61);
-    assert!(Session::new(m.clone(), SessionOptions { kv_capacity: 1 << 30, ..Default::default() }).is_err());
-    assert!(Session::new(m, SessionOptions { max_verify: 3, ..Default::default() }).is_err());
+    assert!(Session::new(
+        m.clone(),
+        SessionOptions {
+            kv_capacity: 1 << 30,
+            ..Default::default()
+        }
+    )
+    .is_err());
+    assert!(Session::new(
+        m,
+        SessionOptions {
+            max_verify: 3,
+            ..Default::default()
+        }
+    )
+    .is_err());
 }
