@@ -1,8 +1,111 @@
-//! `rag ask`.
+//! `rag ask "QUESTION"`: retrieve, prompt, stream the answer, cite the sources.
+
+use anyhow::{Context, Result};
+use rag::assistant::{AskOptions, Assistant, AssistantOptions};
+use rag::{IndexOptions, SearchMode};
+use std::io::Write;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    pub question: String,
+    #[arg(long, default_value = ".rag-index")]
+    pub index_dir: PathBuf,
+    /// Index (incrementally) these folders before answering.
+    #[arg(long)]
+    pub corpus: Vec<PathBuf>,
+    /// Model name (fetched on first use) or path to a GGUF file.
+    #[arg(long, default_value = rag::models::DEFAULT_MODEL)]
+    pub model: String,
+    #[arg(long, short = 'k', default_value_t = 4)]
+    pub top_k: usize,
+    /// hybrid (BM25 + dense, fused), bm25 or dense.
+    #[arg(long, default_value = "hybrid")]
+    pub mode: SearchMode,
+    /// BM25 only: do not load the embedding model.
+    #[arg(long)]
+    pub no_dense: bool,
+    /// Token budget for the numbered sources in the prompt.
+    #[arg(long, default_value_t = 1024)]
+    pub context_tokens: usize,
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Speculative decoding: none, pld, sam or sdnpu (the answer is the same; speed differs).
+    #[arg(long, default_value = "sdnpu")]
+    pub spec: String,
+    /// Compute threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print one JSON object (answer, sources, timings) instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag ask' is not available in this build yet")
+pub fn run(a: Args) -> Result<()> {
+    let spec = specdec::Mode::parse(&a.spec).map_err(|e| anyhow::anyhow!("--spec: {e}"))?;
+    let dense = !a.no_dense && a.mode != SearchMode::Bm25;
+    let mut opts = AssistantOptions::new(&a.index_dir);
+    opts.model = a.model.clone();
+    opts.dense = dense;
+    opts.threads = a.threads;
+    opts.spec = spec;
+    let assistant = Assistant::open(opts)?;
+    if !a.corpus.is_empty() {
+        let bar = crate::cmd_index::progress_bar();
+        let on_progress = |p: rag::IndexProgress| crate::cmd_index::update_bar(&bar, &p);
+        let summary = assistant.add_paths(&a.corpus, &IndexOptions::default(), &on_progress)?;
+        bar.finish_and_clear();
+        eprintln!("{}", crate::cmd_index::summary_line(&summary, &a.index_dir));
+    } else {
+        anyhow::ensure!(
+            a.index_dir.join("store.sqlite").is_file(),
+            "no index at {}: run `rag index DIR` first (or pass --corpus DIR)",
+            a.index_dir.display()
+        );
+    }
+    let ask = AskOptions {
+        top_k: a.top_k,
+        mode: if dense { a.mode } else { SearchMode::Bm25 },
+        context_tokens: a.context_tokens,
+        max_tokens: a.max_tokens,
+        cancel: None,
+    };
+    let stdout = std::io::stdout();
+    let json = a.json;
+    let mut on_text = |piece: &str| {
+        if json {
+            return true;
+        }
+        let mut out = stdout.lock();
+        // A closed pipe (e.g. `| head`) just stops the answer.
+        out.write_all(piece.as_bytes())
+            .and_then(|_| out.flush())
+            .is_ok()
+    };
+    let answer = assistant
+        .ask(&a.question, &ask, &mut on_text)
+        .context("answering")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(());
+    }
+    let mut out = stdout.lock();
+    writeln!(out)?;
+    if !answer.sources.is_empty() {
+        writeln!(out, "\nSources:")?;
+        for s in &answer.sources {
+            writeln!(out, "[{}] {}", s.number, s.location())?;
+        }
+    }
+    eprintln!(
+        "({} tokens, retrieve {:.0} ms, prefill {:.0} ms, first token {:.0} ms, decode {:.1} tok/s, {} mean accepted {:.2})",
+        answer.tokens_generated,
+        answer.timings.retrieve_ms,
+        answer.timings.prefill_ms,
+        answer.timings.first_token_ms,
+        answer.timings.decode_tok_s,
+        answer.speculation.mode,
+        answer.speculation.mean_accepted
+    );
+    Ok(())
 }

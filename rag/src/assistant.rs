@@ -1,0 +1,640 @@
+//! The embeddable API: an index plus a local LLM behind one thread-safe handle.
+//!
+//! ```no_run
+//! use rag::assistant::{Assistant, AssistantOptions, AskOptions};
+//! let assistant = Assistant::open(AssistantOptions::new(".rag-index"))?;
+//! assistant.add_paths(&["docs".into()], &Default::default(), &|_| {})?;
+//! let answer = assistant.ask("How do I factory reset the console?", &AskOptions::default(), &mut |piece| {
+//!     print!("{piece}");
+//!     true // return false to stop early
+//! })?;
+//! for s in &answer.sources { println!("[{}] {}", s.number, s.location()); }
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+//!
+//! One generation runs at a time per `Assistant` (the KV cache and draft state live in one
+//! session behind a mutex); retrieval and indexing do not wait for it. Share it across
+//! threads with `Arc<Assistant>`; [`Assistant::ask_stream`] gives a tokio channel of events
+//! and a cancellation handle for async callers.
+
+use crate::embed::MiniLmEmbedder;
+use crate::embed_api::Embedder;
+use crate::index::{Hit, Index, IndexOptions, IndexProgress, IndexSummary, SearchMode};
+use crate::models;
+use crate::prompt::{self, PromptSource};
+use anyhow::{anyhow, Context, Result};
+use graphs::chat::{ChatMessage, ChatTemplate};
+use graphs::gguf::GgufFile;
+use graphs::tokenizer::Tokenizer;
+use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use serde::Serialize;
+use specdec::generate::{GenConfig, Generator};
+use specdec::{Mode, TokenDb};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// How to open an [`Assistant`].
+#[derive(Clone, Debug)]
+pub struct AssistantOptions {
+    pub index_dir: PathBuf,
+    /// A manifest name (fetched on first use) or a path to a GGUF file.
+    pub model: String,
+    /// Dense retrieval with the MiniLM embedder (fetched on first use); BM25 only if false.
+    pub dense: bool,
+    /// Compute threads; 0 = all cores.
+    pub threads: usize,
+    /// KV slots of the generation session (prompt + answer).
+    pub kv_capacity: usize,
+    /// Speculative decoding mode (output is identical in every mode; only speed differs).
+    pub spec: Mode,
+    /// Bound of the persistent token database used for drafting.
+    pub token_db_max_tokens: usize,
+}
+
+impl AssistantOptions {
+    pub fn new(index_dir: impl Into<PathBuf>) -> Self {
+        AssistantOptions {
+            index_dir: index_dir.into(),
+            model: models::DEFAULT_MODEL.to_owned(),
+            dense: true,
+            threads: 0,
+            kv_capacity: 4096,
+            spec: Mode::Sdnpu,
+            token_db_max_tokens: specdec::tokendb::DEFAULT_MAX_TOKENS,
+        }
+    }
+}
+
+/// Per-question knobs.
+#[derive(Clone, Debug)]
+pub struct AskOptions {
+    pub top_k: usize,
+    pub mode: SearchMode,
+    /// Token budget for the numbered sources in the prompt.
+    pub context_tokens: usize,
+    pub max_tokens: usize,
+    pub cancel: Option<CancelToken>,
+}
+
+impl Default for AskOptions {
+    fn default() -> Self {
+        AskOptions {
+            top_k: 5,
+            mode: SearchMode::Hybrid,
+            context_tokens: 1024,
+            max_tokens: 256,
+            cancel: None,
+        }
+    }
+}
+
+/// Cooperative cancellation: generation stops at the next token once cancelled.
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A cited source of an answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct Source {
+    /// The number the prompt gave it ([1] is the first).
+    pub number: usize,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<(u32, u32)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
+    pub chunk_id: i64,
+    pub score: f32,
+}
+
+impl Source {
+    /// `path:10-24`, `file.pdf#3`, or the bare path.
+    pub fn location(&self) -> String {
+        location(&self.path, self.lines, self.page)
+    }
+}
+
+fn location(path: &str, lines: Option<(u32, u32)>, page: Option<u32>) -> String {
+    match (lines, page) {
+        (_, Some(p)) => format!("{path}#{p}"),
+        (Some((a, b)), None) => format!("{path}:{a}-{b}"),
+        (None, None) => path.to_owned(),
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timings {
+    pub retrieve_ms: f64,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub decode_tok_s: f64,
+    /// From the start of `ask` to the first streamed piece of text.
+    pub first_token_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SpecSummary {
+    pub mode: &'static str,
+    pub steps: usize,
+    pub mean_accepted: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Answer {
+    pub answer: String,
+    pub sources: Vec<Source>,
+    pub timings: Timings,
+    pub tokens_generated: usize,
+    pub prompt_tokens: usize,
+    pub cancelled: bool,
+    pub speculation: SpecSummary,
+}
+
+/// Events of [`Assistant::ask_stream`].
+#[derive(Debug)]
+pub enum AskEvent {
+    Text(String),
+    Done(Box<Answer>),
+    Error(String),
+}
+
+/// The generation side, loaded on first use so retrieval-only callers never pay for it.
+struct Llm {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    state: Mutex<GenState>,
+    name: String,
+}
+
+struct GenState {
+    session: Session,
+    /// Tokens whose KV the session holds (for prompt-prefix reuse between questions).
+    committed: Vec<u32>,
+    generator: Generator,
+    db: TokenDb,
+    db_path: PathBuf,
+}
+
+pub struct Assistant {
+    opts: AssistantOptions,
+    index: Index,
+    llm: OnceLock<Arc<Llm>>,
+    llm_init: Mutex<()>,
+}
+
+impl Assistant {
+    /// Open (or create) the index; the LLM is loaded on the first question.
+    pub fn open(opts: AssistantOptions) -> Result<Self> {
+        let embedder: Option<Arc<dyn Embedder>> = if opts.dense {
+            let dir = models::ensure(models::DEFAULT_EMBEDDER)?;
+            Some(Arc::new(MiniLmEmbedder::load(&dir)?))
+        } else {
+            None
+        };
+        let index = Index::open(&opts.index_dir, embedder)
+            .with_context(|| format!("opening the index at {}", opts.index_dir.display()))?;
+        Ok(Assistant {
+            opts,
+            index,
+            llm: OnceLock::new(),
+            llm_init: Mutex::new(()),
+        })
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn options(&self) -> &AssistantOptions {
+        &self.opts
+    }
+
+    /// Add or update documents (incremental: unchanged content is not re-embedded).
+    pub fn add_paths(
+        &self,
+        paths: &[PathBuf],
+        opts: &IndexOptions,
+        progress: &dyn Fn(IndexProgress),
+    ) -> Result<IndexSummary> {
+        self.index.add_paths(paths, opts, progress)
+    }
+
+    /// Remove a file (or every file under a folder) from the index.
+    pub fn remove_path(&self, path: &Path) -> Result<usize> {
+        self.index.remove_path(path)
+    }
+
+    pub fn retrieve(&self, query: &str, k: usize, mode: SearchMode) -> Result<Vec<Hit>> {
+        self.index.search(query, k, mode)
+    }
+
+    /// Retrieve, assemble a cited prompt, and stream the answer to `on_text`
+    /// (return `false` from it to stop).
+    pub fn ask(
+        &self,
+        question: &str,
+        opts: &AskOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Answer> {
+        let started = Instant::now();
+        let hits = self.index.search(question, opts.top_k, opts.mode)?;
+        let retrieve_ms = ms(started);
+        let llm = self.llm()?;
+        let sources: Vec<PromptSource> = hits
+            .iter()
+            .map(|h| PromptSource {
+                label: location(&h.path, h.lines, h.page),
+                heading: h.heading.clone(),
+                text: h.text.clone(),
+            })
+            .collect();
+        let count = |s: &str| {
+            llm.tokenizer
+                .encode(s, false)
+                .map(|t| t.len())
+                .unwrap_or(s.len())
+        };
+        let assembled = prompt::assemble(question, &sources, opts.context_tokens, &count);
+        let cited = assembled
+            .used
+            .iter()
+            .enumerate()
+            .map(|(n, &i)| Source {
+                number: n + 1,
+                path: hits[i].path.clone(),
+                lines: hits[i].lines,
+                page: hits[i].page,
+                chunk_id: hits[i].chunk_id,
+                score: hits[i].score,
+            })
+            .collect();
+        let mut answer = self.generate(&llm, &assembled.messages, opts, started, on_text)?;
+        answer.sources = cited;
+        answer.timings.retrieve_ms = retrieve_ms;
+        Ok(answer)
+    }
+
+    /// Ask with caller-supplied context instead of retrieval (a UI agent passes the current
+    /// screen); `system` optionally replaces the default system prompt.
+    pub fn ask_with_context(
+        &self,
+        question: &str,
+        context: &str,
+        system: Option<&str>,
+        opts: &AskOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Answer> {
+        let started = Instant::now();
+        let llm = self.llm()?;
+        let messages = prompt::with_context(question, context, system);
+        self.generate(&llm, &messages, opts, started, on_text)
+    }
+
+    /// Async-friendly streaming: events arrive on the channel; the token cancels.
+    /// Runs the generation on tokio's blocking pool.
+    pub fn ask_stream(
+        self: &Arc<Self>,
+        question: String,
+        mut opts: AskOptions,
+    ) -> (tokio::sync::mpsc::UnboundedReceiver<AskEvent>, CancelToken) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let cancel = opts.cancel.get_or_insert_with(CancelToken::default).clone();
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let mut send = |s: &str| tx.send(AskEvent::Text(s.to_owned())).is_ok();
+            let event = match me.ask(&question, &opts, &mut send) {
+                Ok(a) => AskEvent::Done(Box::new(a)),
+                Err(e) => AskEvent::Error(format!("{e:#}")),
+            };
+            let _ = tx.send(event);
+        });
+        (rx, cancel)
+    }
+
+    /// The chat-formatted token ids of `messages` for this assistant's model.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let llm = self.llm()?;
+        Ok(llm.template.encode_chat(&llm.tokenizer, messages, true)?)
+    }
+
+    /// Name or path of the generation model.
+    pub fn model_name(&self) -> &str {
+        &self.opts.model
+    }
+
+    fn llm(&self) -> Result<Arc<Llm>> {
+        if let Some(l) = self.llm.get() {
+            return Ok(Arc::clone(l));
+        }
+        let _guard = self
+            .llm_init
+            .lock()
+            .map_err(|_| anyhow!("model loader poisoned"))?;
+        if let Some(l) = self.llm.get() {
+            return Ok(Arc::clone(l));
+        }
+        let llm = Arc::new(self.load_llm()?);
+        let _ = self.llm.set(Arc::clone(&llm));
+        Ok(llm)
+    }
+
+    fn load_llm(&self) -> Result<Llm> {
+        let path = models::ensure(&self.opts.model)?;
+        let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let template = ChatTemplate::from_gguf(&gguf);
+        if let Some(w) = template.warning() {
+            tracing::warn!("{w}");
+        }
+        drop(gguf);
+        let model = Model::load(
+            &path,
+            &LoadOptions {
+                threads: self.opts.threads,
+            },
+        )?;
+        let session = Session::new(
+            Arc::clone(&model),
+            SessionOptions {
+                kv_capacity: self.opts.kv_capacity,
+                ..SessionOptions::default()
+            },
+        )?;
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("model")
+            .to_owned();
+        let db_path = self.opts.index_dir.join(format!("tokendb-{stem}.bin"));
+        let db = self.load_token_db(&db_path, &tokenizer)?;
+        let sam = Arc::new(db.build_index());
+        let generator = Generator::new(self.opts.spec, Some(sam), GenConfig::default());
+        Ok(Llm {
+            tokenizer,
+            template,
+            state: Mutex::new(GenState {
+                session,
+                committed: Vec::new(),
+                generator,
+                db,
+                db_path,
+            }),
+            name: stem,
+        })
+    }
+
+    /// The drafting database: the saved one if it matches the index generation, else
+    /// rebuilt from the indexed chunks (past conversations kept in the saved file are
+    /// carried over).
+    fn load_token_db(&self, path: &Path, tok: &Tokenizer) -> Result<TokenDb> {
+        let generation = self.index.generation();
+        let gen_path = path.with_extension("generation");
+        let saved_gen = std::fs::read_to_string(&gen_path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        if saved_gen == Some(generation) {
+            if let Ok(db) = TokenDb::open(path, self.opts.token_db_max_tokens) {
+                return Ok(db);
+            }
+        }
+        let mut db = TokenDb::new(self.opts.token_db_max_tokens);
+        self.index.for_each_chunk_text(&mut |_, text| {
+            if let Ok(ids) = tok.encode(text, false) {
+                db.add(&ids);
+            }
+        })?;
+        if std::fs::create_dir_all(&self.opts.index_dir).is_ok() && db.save(path).is_ok() {
+            let _ = std::fs::write(&gen_path, generation.to_string());
+        }
+        Ok(db)
+    }
+
+    fn generate(
+        &self,
+        llm: &Llm,
+        messages: &[ChatMessage],
+        opts: &AskOptions,
+        started: Instant,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Answer> {
+        let prompt = llm.template.encode_chat(&llm.tokenizer, messages, true)?;
+        let mut guard = llm
+            .state
+            .lock()
+            .map_err(|_| anyhow!("generation state poisoned"))?;
+        let st = &mut *guard;
+        if prompt.len() + opts.max_tokens.min(64) >= st.session.kv_capacity() {
+            anyhow::bail!(
+                "the prompt has {} tokens but the context holds {}: lower --top-k or the context budget",
+                prompt.len(),
+                st.session.kv_capacity()
+            );
+        }
+        // Reuse the KV of the longest common prefix with the previous prompt (system
+        // prompt, agent instructions); at least one token is always prefilled.
+        let common = st
+            .committed
+            .iter()
+            .zip(&prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        st.session.truncate(common)?;
+        st.committed.truncate(common);
+
+        let mut decoder = Utf8Stream::default();
+        let mut text = String::new();
+        let mut first_token_ms = 0.0;
+        let stopped = Cell::new(false);
+        let cancel = opts.cancel.clone();
+        let tokenizer = &llm.tokenizer;
+        let mut on_token = |id: u32| {
+            if stopped.get() {
+                return;
+            }
+            if let Some(piece) = decoder.push(tokenizer.piece(id)) {
+                if first_token_ms == 0.0 {
+                    first_token_ms = ms(started);
+                }
+                text.push_str(&piece);
+                if !on_text(&piece) {
+                    stopped.set(true);
+                }
+            }
+        };
+        let should_stop = || stopped.get() || stopped_flag(&cancel);
+        let max_tokens = opts
+            .max_tokens
+            .min(st.session.kv_capacity() - prompt.len() - 1);
+        let result = st.generator.generate_until(
+            &mut st.session,
+            &prompt[common..],
+            max_tokens,
+            &mut on_token,
+            &should_stop,
+        );
+        let (tokens, metrics) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // Leave a clean session behind: the next question re-prefills.
+                st.committed.clear();
+                let _ = st.session.truncate(0);
+                return Err(anyhow!("generation failed: {e}"));
+            }
+        };
+        let rest = decoder.finish();
+        if !rest.is_empty() && !stopped.get() {
+            text.push_str(&rest);
+            on_text(&rest);
+        }
+        st.committed.extend_from_slice(&prompt[common..]);
+        st.committed.extend_from_slice(&tokens);
+        // The session may hold one more token than `committed` (the last emitted one is
+        // not yet fed back); keep them consistent for the next prefix match.
+        st.session
+            .truncate(st.committed.len().min(st.session.n_past()))?;
+        st.committed.truncate(st.session.n_past());
+
+        // Grow the drafting database with the finished interaction.
+        let question_tokens = &prompt[common..];
+        let mut interaction = Vec::with_capacity(question_tokens.len() + tokens.len());
+        interaction.extend_from_slice(question_tokens);
+        interaction.extend_from_slice(&tokens);
+        st.db.add(&interaction);
+        if let Err(e) = st.db.save(&st.db_path) {
+            tracing::warn!("could not save the token database: {e}");
+        }
+        st.generator
+            .set_database(Some(Arc::new(st.db.build_index())));
+
+        let decode_tokens = metrics.decode_tokens();
+        Ok(Answer {
+            answer: text.trim().to_owned(),
+            sources: Vec::new(),
+            timings: Timings {
+                retrieve_ms: 0.0,
+                prefill_ms: metrics.prefill_ms,
+                decode_ms: metrics.decode_ms,
+                decode_tok_s: if metrics.decode_ms > 0.0 {
+                    decode_tokens as f64 / (metrics.decode_ms / 1e3)
+                } else {
+                    0.0
+                },
+                first_token_ms,
+            },
+            tokens_generated: tokens.len(),
+            prompt_tokens: prompt.len(),
+            cancelled: stopped.get() || stopped_flag(&cancel),
+            speculation: SpecSummary {
+                mode: st.generator.mode().name(),
+                steps: metrics.steps,
+                mean_accepted: metrics.mean_accepted(),
+            },
+        })
+    }
+}
+
+/// Turns token bytes into text as soon as they form whole UTF-8 characters (a character
+/// can be split across byte-level BPE tokens).
+#[derive(Default)]
+struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    fn push(&mut self, bytes: &[u8]) -> Option<String> {
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(s) => s.len(),
+            // An incomplete sequence at the end waits for the next token; an invalid one
+            // in the middle can never become valid and is replaced.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => {
+                let s = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+                return Some(s);
+            }
+        };
+        if valid == 0 {
+            return None;
+        }
+        let s = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+        self.pending.drain(..valid);
+        Some(s)
+    }
+
+    fn finish(&mut self) -> String {
+        let s = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        s
+    }
+}
+
+fn stopped_flag(cancel: &Option<CancelToken>) -> bool {
+    cancel.as_ref().is_some_and(|c| c.is_cancelled())
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+impl std::fmt::Debug for Assistant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assistant")
+            .field("index_dir", &self.opts.index_dir)
+            .field("model", &self.opts.model)
+            .field("llm_loaded", &self.llm.get().map(|l| l.name.clone()))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_prefer_pages_then_lines() {
+        assert_eq!(location("a.pdf", None, Some(3)), "a.pdf#3");
+        assert_eq!(location("a.md", Some((10, 24)), None), "a.md:10-24");
+        assert_eq!(location("a.txt", None, None), "a.txt");
+    }
+
+    #[test]
+    fn cancel_token_is_shared_between_clones() {
+        let t = CancelToken::default();
+        let u = t.clone();
+        assert!(!u.is_cancelled());
+        t.cancel();
+        assert!(u.is_cancelled());
+    }
+
+    #[test]
+    fn utf8_stream_holds_back_split_characters() {
+        let mut u = Utf8Stream::default();
+        let snow = "é☃".as_bytes();
+        assert_eq!(u.push(&snow[..1]), None);
+        assert_eq!(u.push(&snow[1..3]).as_deref(), Some("é"));
+        assert_eq!(u.push(&snow[3..]).as_deref(), Some("☃"));
+        assert_eq!(u.push(&[0xff, b'a']).as_deref(), Some("\u{fffd}a"));
+        assert_eq!(u.push(&[0xe2]), None);
+        assert_eq!(u.finish(), "\u{fffd}");
+    }
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn assistant_is_shareable_across_threads() {
+        assert_send_sync::<Assistant>();
+    }
+}
