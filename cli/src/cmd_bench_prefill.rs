@@ -1,8 +1,302 @@
-//! `rag bench prefill`.
+//! `rag bench prefill`: graph-switch schedules for chunked prefill (sync, async,
+//! progressive, progressive-wc, optimal), simulated from a profile or run on a backend.
+
+use anyhow::{bail, Context};
+use npu_runtime::schedule::exact;
+use npu_runtime::schedule::instance::ns_to_ms;
+use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Metrics, Profile, ScheduleKind};
+use std::fmt::Write as _;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Model name or GGUF path (needed for real backends; optional with `--backend sim`).
+    #[arg(long)]
+    model: Option<String>,
+    /// cpu, qnn or sim (simulation from a profile; needs no model).
+    #[arg(long, default_value = "sim")]
+    backend: String,
+    #[arg(long, default_value_t = 1024)]
+    prompt_tokens: usize,
+    /// Comma-separated: sync, async, progressive, progressive-wc, optimal.
+    #[arg(long, default_value = "sync,async,progressive,progressive-wc,optimal")]
+    schedule: String,
+    /// Profile JSON (default for sim: the paper-derived Qwen2.5-1.5B phone profile).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// `one-form` (default: one form per block, phone-like), `unlimited`, or bytes with an
+    /// optional K/M/G suffix.
+    #[arg(long, default_value = "one-form")]
+    memory_budget: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also print each schedule's timeline.
+    #[arg(long)]
+    timeline: bool,
+    /// Write the results into this Markdown file (a section between markers; e.g. BENCHMARKS.md).
+    #[arg(long)]
+    benchmarks: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'rag bench prefill' is not available in this build yet")
+fn parse_budget(s: &str) -> anyhow::Result<MemoryBudget> {
+    let s = s.trim();
+    match s {
+        "one-form" => return Ok(MemoryBudget::OneFormPerBlock),
+        "unlimited" => return Ok(MemoryBudget::Bytes(u64::MAX)),
+        _ => {}
+    }
+    let (num, mul) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let v: u64 = num.parse().with_context(|| {
+        format!("--memory-budget {s:?}: expected one-form, unlimited or a byte count like 3G")
+    })?;
+    Ok(MemoryBudget::Bytes(
+        v.checked_mul(mul).context("--memory-budget overflows")?,
+    ))
+}
+
+/// One schedule's outcome: metrics, or why it was not run.
+enum Outcome {
+    Ran(Metrics, String),
+    Skipped(String),
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let kinds = args
+        .schedule
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(ScheduleKind::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    if kinds.is_empty() {
+        bail!("--schedule names no schedule");
+    }
+    if args.prompt_tokens == 0 || args.prompt_tokens > 1 << 20 {
+        bail!("--prompt-tokens must be in 1..=1048576");
+    }
+    let budget = parse_budget(&args.memory_budget)?;
+    match args.backend.as_str() {
+        "sim" => {}
+        "qnn" => bail!("the qnn backend is not available in this build yet; use --backend sim with a profile"),
+        "cpu" => bail!(
+            "real CPU execution of the schedules needs the runtime's block graphs and Session, which have not \
+             landed yet; use --backend sim (optionally with --profile FILE)"
+        ),
+        other => bail!("unknown backend {other:?} (cpu, qnn or sim)"),
+    }
+    let profile = match &args.profile {
+        Some(p) => Profile::load(p)?,
+        None => Profile::paper_phone(),
+    };
+    let inst = Instance::from_profile(&profile, args.prompt_tokens, budget)?;
+    let mut results: Vec<(ScheduleKind, Outcome)> = Vec::new();
+    for &k in &kinds {
+        let outcome = match k.plan(&inst) {
+            Ok(plan) => {
+                let sim = simulate(&inst, &plan)?;
+                Outcome::Ran(sim.metrics, npu_runtime::schedule::sim::render(&sim.events))
+            }
+            Err(e @ npu_runtime::schedule::ScheduleError::TooLarge(_))
+            | Err(e @ npu_runtime::schedule::ScheduleError::Unsupported(_)) => {
+                Outcome::Skipped(e.to_string())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        results.push((k, outcome));
+    }
+    let ideal_ms = ns_to_ms(inst.ideal_ttft());
+    if args.json {
+        let mut schedules = serde_json::Map::new();
+        let mut skipped = serde_json::Map::new();
+        for (k, o) in &results {
+            match o {
+                Outcome::Ran(m, _) => {
+                    schedules.insert(k.name().into(), serde_json::to_value(m)?);
+                }
+                Outcome::Skipped(why) => {
+                    skipped.insert(k.name().into(), why.clone().into());
+                }
+            }
+        }
+        let out = serde_json::json!({
+            "backend": args.backend,
+            "profile": {
+                "model": profile.model, "backend": profile.backend,
+                "machine": profile.machine, "source": profile.source,
+            },
+            "prompt_tokens": args.prompt_tokens,
+            "n_blocks": inst.n_blocks,
+            "n_chunks": inst.n_chunks,
+            "memory_budget": args.memory_budget,
+            "ideal_ttft_ms": ideal_ms,
+            "schedules": schedules,
+            "skipped": skipped,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", table(&profile, &inst, &args, &results));
+        if args.timeline {
+            for (k, o) in &results {
+                if let Outcome::Ran(_, tl) = o {
+                    println!("\n{} timeline (start ms, end ms):\n{tl}", k.name());
+                }
+            }
+        }
+    }
+    if let Some(path) = &args.benchmarks {
+        write_section(path, &args, &profile, &inst, &results)?;
+        eprintln!("results written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn table(
+    profile: &Profile,
+    inst: &Instance,
+    args: &Args,
+    results: &[(ScheduleKind, Outcome)],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "profile: {} on {} ({}); {} blocks x {} chunks of {} tokens, prompt {} tokens, budget {}",
+        profile.model,
+        profile.backend,
+        profile.machine,
+        inst.n_blocks,
+        inst.n_chunks,
+        profile.chunk_tokens,
+        args.prompt_tokens,
+        args.memory_budget
+    );
+    let _ = writeln!(
+        s,
+        "ideal (no switch needed): prefill {:.1} ms, TTFT {:.1} ms",
+        ns_to_ms(inst.ideal_prefill()),
+        ns_to_ms(inst.ideal_ttft())
+    );
+    let _ = writeln!(
+        s,
+        "| schedule | prefill_ms | switch_ms | ttft_ms | stall_ms | overhead_pct |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+    for (k, o) in results {
+        match o {
+            Outcome::Ran(m, _) => {
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+                    k.name(),
+                    m.prefill_ms,
+                    m.switch_ms,
+                    m.ttft_ms,
+                    m.stall_ms,
+                    m.overhead_pct
+                );
+            }
+            Outcome::Skipped(why) => {
+                let _ = writeln!(s, "| {} | n/a | n/a | n/a | n/a | n/a ({why}) |", k.name());
+            }
+        }
+    }
+    s
+}
+
+fn write_section(
+    path: &std::path::Path,
+    args: &Args,
+    profile: &Profile,
+    inst: &Instance,
+    results: &[(ScheduleKind, Outcome)],
+) -> anyhow::Result<()> {
+    let tag = format!(
+        "bench-prefill:{}:{}:{}",
+        args.backend, profile.model, args.prompt_tokens
+    );
+    let begin = format!("<!-- {tag}:begin -->");
+    let end = format!("<!-- {tag}:end -->");
+    let mut body = String::new();
+    let _ = writeln!(body, "{begin}");
+    let _ = writeln!(
+        body,
+        "### Prefill graph-switch schedules: {} / {}, {} prompt tokens",
+        args.backend, profile.model, args.prompt_tokens
+    );
+    let _ = writeln!(body);
+    let mut cmd = format!(
+        "rag bench prefill --backend {} --prompt-tokens {} --schedule {} --memory-budget {}",
+        args.backend, args.prompt_tokens, args.schedule, args.memory_budget
+    );
+    if let Some(p) = &args.profile {
+        let _ = write!(cmd, " --profile {}", p.display());
+    }
+    if let Some(m) = &args.model {
+        let _ = write!(cmd, " --model {m}");
+    }
+    let _ = writeln!(body, "Command: `{cmd}`  ");
+    let _ = writeln!(
+        body,
+        "Run on: {} , {} (UTC)  ",
+        npu_runtime::schedule::profile::machine_id(),
+        utc_date()
+    );
+    let _ = writeln!(body, "Profile source: {}  ", profile.source);
+    let _ = writeln!(
+        body,
+        "Exact solver limits: {} blocks, {} steps.",
+        exact::MAX_BLOCKS,
+        exact::MAX_STEPS
+    );
+    let _ = writeln!(body);
+    body.push_str(&table(profile, inst, args, results));
+    let _ = writeln!(body, "{end}");
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(&begin), old.find(&end)) {
+        (Some(a), Some(b)) if a < b => format!(
+            "{}{}{}",
+            &old[..a],
+            body,
+            &old[b + end.len()..].trim_start_matches('\n')
+        ),
+        _ => {
+            let mut o = old;
+            if o.is_empty() {
+                o.push_str("# Benchmarks\n");
+            }
+            if !o.ends_with('\n') {
+                o.push('\n');
+            }
+            format!("{o}\n{body}")
+        }
+    };
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Today's date (UTC) from the system clock, as YYYY-MM-DD HH:MM.
+fn utc_date() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
 }

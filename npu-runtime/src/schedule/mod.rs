@@ -14,8 +14,10 @@
 //! - [`exact`]: the exact solver for small instances (the problem is NP-hard).
 //! - [`sim`]: the discrete-event simulator that executes a plan against an instance.
 //! - [`exec`]: the same plans driving a real backend through [`exec::ScheduleExecutor`].
+//! - [`cpu`]: the executor for the CPU backend.
 //! - [`warmup`]: backend-agnostic warm-up profiling through the same executor trait.
 
+pub mod cpu;
 pub mod exact;
 pub mod exec;
 pub mod instance;

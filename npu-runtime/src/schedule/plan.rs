@@ -39,17 +39,21 @@ pub enum ScheduleKind {
     Sync,
     /// Naive asynchronous: each block switches right after its last chunk.
     Async,
-    /// The paper's greedy (Eq. 1-2).
+    /// The paper's greedy (Eq. 1-2), started at the first step as in the paper.
     Progressive,
+    /// The same rule started at the step that minimises the simulated makespan (a 1-D
+    /// search; it switches as late as the loads can still be hidden).
+    ProgressiveWc,
     /// Exact optimum (small instances only).
     Optimal,
 }
 
 impl ScheduleKind {
-    pub const ALL: [ScheduleKind; 4] = [
+    pub const ALL: [ScheduleKind; 5] = [
         ScheduleKind::Sync,
         ScheduleKind::Async,
         ScheduleKind::Progressive,
+        ScheduleKind::ProgressiveWc,
         ScheduleKind::Optimal,
     ];
 
@@ -58,6 +62,7 @@ impl ScheduleKind {
             ScheduleKind::Sync => "sync",
             ScheduleKind::Async => "async",
             ScheduleKind::Progressive => "progressive",
+            ScheduleKind::ProgressiveWc => "progressive-wc",
             ScheduleKind::Optimal => "optimal",
         }
     }
@@ -68,7 +73,7 @@ impl ScheduleKind {
             .find(|k| k.name() == s.trim())
             .ok_or_else(|| {
                 ScheduleError::Plan(format!(
-                    "unknown schedule {s:?} (known: sync, async, progressive, optimal)"
+                    "unknown schedule {s:?} (known: sync, async, progressive, progressive-wc, optimal)"
                 ))
             })
     }
@@ -79,6 +84,7 @@ impl ScheduleKind {
             ScheduleKind::Sync => Ok(plan_sync(inst)),
             ScheduleKind::Async => Ok(plan_async(inst)),
             ScheduleKind::Progressive => Ok(plan_progressive(inst)),
+            ScheduleKind::ProgressiveWc => plan_progressive_wc(inst),
             ScheduleKind::Optimal => super::exact::solve(inst).map(|s| s.plan),
         }
     }
@@ -182,6 +188,160 @@ pub fn plan_async(inst: &Instance) -> Plan {
 /// of prefill) cannot hide it, load it anyway and take the remaining wait. Blocks still
 /// unswitched at the end of prefill switch afterwards.
 pub fn plan_progressive(inst: &Instance) -> Plan {
+    plan_progressive_from(inst, 0)
+}
+
+/// A work-conserving variant of the greedy, started at the best step. The loader is kept
+/// busy: when a load ends, the next one is queued at once (released at the step in flight),
+/// choosing the not-yet-switched block whose switch delays least, estimated from the
+/// simulated timeline: idle loader time plus how late the switch ends after that block's
+/// next step starts (or after prefill ends). Ties go to the block needed furthest ahead (the
+/// paper's "last block"). The first switch is released at the start step that minimises
+/// the simulated makespan (a 1-D search; ties go to the later start, which runs more steps
+/// on the faster G1).
+pub fn plan_progressive_wc(inst: &Instance) -> Result<Plan> {
+    if let Some(p) = empty_if_no_switch(inst) {
+        return Ok(p);
+    }
+    let mut best: Option<(u64, Plan)> = None;
+    for start in (0..=inst.n_steps()).rev() {
+        let plan = plan_work_conserving_from(inst, start, true)?;
+        let span = super::sim::simulate(inst, &plan)?.makespan();
+        if best.as_ref().is_none_or(|(b, _)| span < *b) {
+            best = Some((span, plan));
+        }
+    }
+    Ok(best.map(|(_, p)| p).unwrap_or_default())
+}
+
+/// Completes a partial plan with the missing blocks switching after prefill.
+fn completed(inst: &Instance, loads: &[Load]) -> Plan {
+    let mut plan = Plan {
+        loads: loads.to_vec(),
+    };
+    let have = plan.release_of(inst.n_blocks);
+    for (block, r) in have.iter().enumerate() {
+        if *r == usize::MAX {
+            plan.loads.push(Load {
+                block,
+                release: inst.n_steps(),
+            });
+        }
+    }
+    plan
+}
+
+/// One decision of the work-conserving rule: the candidate switches `(key, block,
+/// release)`, best first, or none when the rest can only switch after prefill.
+fn wc_candidates(
+    inst: &Instance,
+    loads: &[Load],
+    pos: usize,
+) -> Result<Vec<((u64, usize, usize), usize, usize)>> {
+    use super::sim::{EventKind, Unit};
+    let n = inst.n_blocks;
+    let steps = inst.n_steps();
+    let sim = super::sim::simulate(inst, &completed(inst, loads))?;
+    // boundary[s]: when step s starts; boundary[steps]: prefill end.
+    let mut boundary: Vec<u64> = sim
+        .events
+        .iter()
+        .filter(|e| e.unit == Unit::Compute)
+        .map(|e| e.start)
+        .collect();
+    boundary.push(sim.prefill_end);
+    let loader_free = loads.last().map_or(0, |last| {
+        sim.events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Load { block, .. } if block == last.block))
+            .map(|e| e.end)
+            .next_back()
+            .unwrap_or(0)
+    });
+    let p = (pos..=steps)
+        .take_while(|&s| boundary[s] <= loader_free)
+        .last()
+        .unwrap_or(pos);
+    let switched = completed(inst, loads).release_of(n);
+    let mut out = Vec::new();
+    for j in 0..n {
+        if loads.iter().any(|l| l.block == j) || switched[j] == usize::MAX {
+            continue;
+        }
+        // Queue now (at the step in flight), or -- if that step is j's own, or to leave the
+        // loader idle briefly -- at the next boundary.
+        let own = p < steps && inst.block_of(p) == j;
+        for r in [p + usize::from(own), p + 1 + usize::from(own)] {
+            if r >= steps {
+                continue;
+            }
+            let next = (r..steps).find(|&s| inst.block_of(s) == j).unwrap_or(steps);
+            let begin = loader_free.max(boundary[r]);
+            let finish = begin + inst.switch_cost(j);
+            let delay = (begin - loader_free) + finish.saturating_sub(boundary[next]);
+            // Least delay, then the block needed furthest ahead, then the higher index.
+            out.push(((delay, steps - next, n - j), j, r));
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The work-conserving rule from `start` (see [`plan_progressive_wc`]). With `rollout`,
+/// each decision tries every candidate, completes the plan with the plain rule and keeps
+/// the candidate whose completion simulates best.
+pub fn plan_work_conserving_from(inst: &Instance, start: usize, rollout: bool) -> Result<Plan> {
+    let mut loads: Vec<Load> = Vec::with_capacity(inst.n_blocks);
+    let mut pos = start.min(inst.n_steps());
+    loop {
+        let cands = wc_candidates(inst, &loads, pos)?;
+        let Some(&(_, j0, r0)) = cands.first() else {
+            break;
+        };
+        let (j, r) = if rollout && cands.len() > 1 {
+            let mut best = (u64::MAX, j0, r0);
+            for &(_, j, r) in &cands {
+                let mut trial = loads.clone();
+                trial.push(Load {
+                    block: j,
+                    release: r,
+                });
+                let rest = plan_work_conserving_rest(inst, trial, r)?;
+                let span = super::sim::simulate(inst, &rest)?.makespan();
+                if span < best.0 {
+                    best = (span, j, r);
+                }
+            }
+            (best.1, best.2)
+        } else {
+            (j0, r0)
+        };
+        loads.push(Load {
+            block: j,
+            release: r,
+        });
+        pos = r;
+    }
+    Ok(completed(inst, &loads))
+}
+
+fn plan_work_conserving_rest(
+    inst: &Instance,
+    mut loads: Vec<Load>,
+    mut pos: usize,
+) -> Result<Plan> {
+    while let Some(&(_, j, r)) = wc_candidates(inst, &loads, pos)?.first() {
+        loads.push(Load {
+            block: j,
+            release: r,
+        });
+        pos = r;
+    }
+    Ok(completed(inst, &loads))
+}
+
+/// The greedy rule with its first round at step `start` (no switch before it).
+pub fn plan_progressive_from(inst: &Instance, start: usize) -> Plan {
     if let Some(p) = empty_if_no_switch(inst) {
         return p;
     }
@@ -190,7 +350,7 @@ pub fn plan_progressive(inst: &Instance) -> Plan {
     let mut switched = vec![false; n];
     let mut left = n;
     let mut loads = Vec::with_capacity(n);
-    let mut pos = 0usize;
+    let mut pos = start.min(steps);
     while left > 0 && pos < steps {
         // Next step (at or after `pos`) of block `b`, or `steps` if none remains.
         let next_of = |b: usize| {
