@@ -50,6 +50,9 @@ pub struct Args {
     /// Largest verify batch.
     #[arg(long, default_value_t = 64)]
     max_verify: usize,
+    /// Verify this many tree rows every step instead of the cost-curve budget.
+    #[arg(long)]
+    fixed_budget: Option<usize>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -129,6 +132,22 @@ fn load_prompt_tokens(path: &Path, ids: &[i64], vocab: usize) -> Result<Vec<Vec<
         .collect()
 }
 
+/// Each question as a one-message chat, formatted with the model's template.
+fn chat_prompts(model: &Path, questions: &[(i64, String)]) -> Result<Vec<Vec<u32>>> {
+    let f = graphs::gguf::GgufFile::open(model)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))?;
+    let tok = graphs::tokenizer::Tokenizer::from_gguf(&f)
+        .map_err(|e| anyhow::anyhow!("{}: tokenizer: {e}", model.display()))?;
+    let tmpl = graphs::chat::ChatTemplate::from_gguf(&f);
+    questions
+        .iter()
+        .map(|(id, text)| {
+            tmpl.encode_chat(&tok, &[graphs::chat::ChatMessage::new("user", text)], true)
+                .map_err(|e| anyhow::anyhow!("question {id}: chat template: {e}"))
+        })
+        .collect()
+}
+
 struct ModeResult {
     mode: Mode,
     metrics: Metrics,
@@ -171,10 +190,7 @@ pub fn run(args: Args) -> Result<()> {
     let ids: Vec<i64> = questions.iter().map(|q| q.0).collect();
     let prompts = match &args.prompt_tokens {
         Some(p) => load_prompt_tokens(p, &ids, model.vocab_size())?,
-        None => bail!(
-            "this build has no tokenizer/chat template in graphs yet: pass --prompt-tokens FILE \
-             (written by specdec/bench/llamacpp_lookup.py --tokens-out)"
-        ),
+        None => chat_prompts(&path, &questions)?,
     };
     let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     let kv = (longest + args.max_tokens + args.max_verify + 8).min(model.config().ctx_len);
@@ -208,53 +224,63 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
 
-    let mut results: Vec<ModeResult> = Vec::new();
-    for &mode in &modes {
-        let mut db = base_db.clone();
-        let gen_cfg = GenConfig {
-            cost_curve: Some(curve.clone()),
-            max_budget: args.max_verify,
-            ..Default::default()
-        };
-        let mut gen = Generator::new(
+    // Modes take turns on each prompt so that load changes on a shared machine
+    // spread over all modes instead of biasing whichever ran last.
+    let mut dbs: Vec<Option<TokenDb>> = modes.iter().map(|_| base_db.clone()).collect();
+    let mut gens: Vec<Generator> = modes
+        .iter()
+        .zip(&dbs)
+        .map(|(&mode, db)| {
+            let cfg = GenConfig {
+                cost_curve: Some(curve.clone()),
+                max_budget: args.max_verify,
+                fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
+                ..Default::default()
+            };
+            Generator::new(mode, db.as_ref().map(|d| Arc::new(d.build_index())), cfg)
+        })
+        .collect();
+    let mut results: Vec<ModeResult> = modes
+        .iter()
+        .map(|&mode| ModeResult {
             mode,
-            db.as_ref().map(|d| Arc::new(d.build_index())),
-            gen_cfg,
-        );
-        let mut total = Metrics::default();
-        let mut outputs = Vec::new();
-        for (i, prompt) in prompts.iter().enumerate() {
+            metrics: Metrics::default(),
+            outputs: Vec::new(),
+            budgets: Vec::new(),
+        })
+        .collect();
+    for (i, prompt) in prompts.iter().enumerate() {
+        for (k, gen) in gens.iter_mut().enumerate() {
+            let mode = modes[k];
             session.truncate(0)?;
             let (out, m) = gen
                 .generate(&mut session, prompt, args.max_tokens, &mut |_| {})
                 .with_context(|| format!("mode {} prompt {}", mode.name(), ids[i]))?;
-            if let Some(d) = db.as_mut() {
+            if let Some(d) = dbs[k].as_mut() {
                 // A finished interaction joins the database (prompt and answer).
                 let mut doc = prompt.clone();
                 doc.extend(&out);
                 d.add(&doc);
                 gen.set_database(Some(Arc::new(d.build_index())));
             }
-            total.add(&m);
-            outputs.push(out);
             if !args.json {
                 eprintln!(
-                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step",
+                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  (potential @16 {:.2}, @64 {:.2})",
                     mode.name(),
                     ids[i],
                     m.tokens,
                     m.ms_per_token(),
-                    m.mean_accepted()
+                    m.mean_accepted(),
+                    m.potential_accepted(16),
+                    m.potential_accepted(64)
                 );
             }
+            results[k].metrics.add(&m);
+            results[k].outputs.push(out);
         }
-        let budgets = gen.budgets_by_bucket();
-        results.push(ModeResult {
-            mode,
-            metrics: total,
-            outputs,
-            budgets,
-        });
+    }
+    for (r, g) in results.iter_mut().zip(&gens) {
+        r.budgets = g.budgets_by_bucket();
     }
 
     let base_ms = results[0].metrics.ms_per_token();
@@ -274,8 +300,8 @@ pub fn run(args: Args) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     ));
-    table.push_str("| mode | decode tok/s | ms/token | speedup | mean accepted | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches |\n");
-    table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    table.push_str("| mode | decode tok/s | ms/token | speedup | mean accepted | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @16 / @64 |\n");
+    table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut jmodes = serde_json::Map::new();
     for r in &results {
         let m = &r.metrics;
@@ -292,7 +318,7 @@ pub fn run(args: Args) -> Result<()> {
             .filter(|(a, b)| a != b)
             .count();
         table.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} |\n",
+            "| {} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} |\n",
             r.mode.name(),
             m.decode_tok_s(),
             m.ms_per_token(),
@@ -304,7 +330,9 @@ pub fn run(args: Args) -> Result<()> {
             100.0 * u,
             100.0 * m.overhead_share(),
             m.prefill_ms / m.runs.max(1) as f64,
-            mismatches
+            mismatches,
+            m.potential_accepted(16),
+            m.potential_accepted(64)
         ));
         jmodes.insert(
             r.mode.name().to_owned(),
@@ -323,13 +351,17 @@ pub fn run(args: Args) -> Result<()> {
                 "steps": m.steps,
                 "tokens": m.tokens,
                 "budget_by_confidence": r.budgets,
+                "potential_accepted_16": m.potential_accepted(16),
+                "potential_accepted_64": m.potential_accepted(64),
             }),
         );
     }
     table.push_str(
         "\nmean accepted = tokens per verify step (accepted drafts + 1); valid/wasted/underutilized = \
          shares of verify rows used / rejected / left idle below the cost curve's saturation length; \
-         draft overhead = drafting + tree building + budget bookkeeping as a share of decode time.\n",
+         draft overhead = drafting + tree building + budget bookkeeping as a share of decode time; \
+         potential @B = tokens per step had every step verified the best B rows of its draft tree \
+         (measured against the actual output, independent of the cost curve).\n",
     );
     let model_name = path
         .file_stem()

@@ -131,6 +131,19 @@ impl Generator {
         max_tokens: usize,
         on_token: &mut dyn FnMut(u32),
     ) -> Result<(Vec<u32>, Metrics), SpecError> {
+        self.generate_until(target, prompt, max_tokens, on_token, &|| false)
+    }
+
+    /// [`Generator::generate`] that also stops (with [`StopReason::Stopped`]) before
+    /// the next step once `should_stop` returns true: cancellation, a closed stream.
+    pub fn generate_until<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+        prompt: &[u32],
+        max_tokens: usize,
+        on_token: &mut dyn FnMut(u32),
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<(Vec<u32>, Metrics), SpecError> {
         let mut m = Metrics {
             runs: 1,
             prompt_tokens: prompt.len(),
@@ -181,6 +194,10 @@ impl Generator {
         let mut step: u64 = 0;
         m.stop = StopReason::MaxTokens;
         while out.len() < max_tokens {
+            if should_stop() {
+                m.stop = StopReason::Stopped;
+                break;
+            }
             let room_ctx = target.context_left();
             if room_ctx == 0 {
                 m.stop = StopReason::ContextFull;
@@ -277,7 +294,7 @@ impl Generator {
                     bucket,
                     age: 0,
                 });
-                self.evaluate_pending(stop.is_some());
+                self.evaluate_pending(stop.is_some() || out.len() >= max_tokens, &mut m);
             }
             m.draft_ms += ms(t);
             step += 1;
@@ -292,7 +309,7 @@ impl Generator {
     }
 
     /// Score past trees against the output that followed them, once decided.
-    fn evaluate_pending(&mut self, finish: bool) {
+    fn evaluate_pending(&mut self, finish: bool, m: &mut Metrics) {
         let n = self.evals.len();
         for _ in 0..n {
             let Some(mut e) = self.evals.pop_front() else {
@@ -305,6 +322,7 @@ impl Generator {
                 if let Some(c) = self.controller.as_mut() {
                     c.observe(e.bucket, &self.ranks);
                 }
+                m.observe_counterfactual(&self.ranks);
                 self.pool.push(e.tree);
             } else {
                 self.evals.push_back(e);

@@ -9,6 +9,8 @@ pub enum StopReason {
     MaxTokens,
     EndOfGeneration,
     ContextFull,
+    /// The caller asked to stop (cancellation, closed output).
+    Stopped,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -40,7 +42,15 @@ pub struct Metrics {
     pub profile_ms: f64,
     pub budget_sum: usize,
     pub stop: StopReason,
+    /// Counterfactual acceptance, independent of the cost curve: for the trie of
+    /// every evaluated step, the draft tokens a budget of `CF_SIZES[j]` rows would
+    /// have accepted (summed), and the number of evaluated steps.
+    pub cf_accepted: [usize; CF_SIZES.len()],
+    pub cf_steps: usize,
 }
+
+/// Budgets at which acceptance is evaluated counterfactually.
+pub const CF_SIZES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
 impl Metrics {
     /// Mean tokens emitted per verification step (accepted drafts + 1).
@@ -80,6 +90,23 @@ impl Metrics {
         ratio(self.draft_ms, self.decode_ms)
     }
 
+    /// Tokens per step (accepted drafts + 1) had every step verified the top
+    /// `budget` rows of its trie (budget must be one of `CF_SIZES`).
+    pub fn potential_accepted(&self, budget: usize) -> f64 {
+        match CF_SIZES.iter().position(|&s| s == budget) {
+            Some(j) => 1.0 + ratio(self.cf_accepted[j] as f64, self.cf_steps as f64),
+            None => 0.0,
+        }
+    }
+
+    /// Record one evaluated trie (ranks along the true continuation's path).
+    pub fn observe_counterfactual(&mut self, ranks: &[u32]) {
+        self.cf_steps += 1;
+        for (j, &s) in CF_SIZES.iter().enumerate() {
+            self.cf_accepted[j] += ranks.iter().take_while(|&&r| (r as usize) < s).count();
+        }
+    }
+
     /// Accumulate another run (for benchmark totals).
     pub fn add(&mut self, o: &Metrics) {
         self.runs += o.runs;
@@ -99,6 +126,10 @@ impl Metrics {
         self.profile_ms += o.profile_ms;
         self.budget_sum += o.budget_sum;
         self.stop = o.stop;
+        self.cf_steps += o.cf_steps;
+        for j in 0..CF_SIZES.len() {
+            self.cf_accepted[j] += o.cf_accepted[j];
+        }
     }
 }
 
