@@ -171,6 +171,23 @@ impl ModelConfig {
                 });
             }
         }
+        // Rope scaling changes the frequencies of every position: refuse rather
+        // than silently compute something else.
+        let scaling_key = format!("{a}.rope.scaling.type");
+        if let Some(kind) = f.get_str(&scaling_key) {
+            if kind != "none" {
+                return Err(ConfigError::BadValue {
+                    key: scaling_key,
+                    why: format!("rope scaling '{kind}' is unsupported"),
+                });
+            }
+        }
+        if f.tensor("rope_freqs.weight").is_some() {
+            return Err(ConfigError::BadValue {
+                key: "rope_freqs.weight".into(),
+                why: "per-frequency rope factors (llama3 rope scaling) are unsupported".into(),
+            });
+        }
         let rope_theta = f
             .get_f32(&format!("{a}.rope.freq_base"))
             .unwrap_or(10_000.0);

@@ -261,6 +261,17 @@ impl Tokenizer {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// Like `decode`, but control tokens (e.g. a final `<|im_end|>`) are left
+    /// out, for showing generated text.
+    pub fn decode_skip_special(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        let kept: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.token_type(id) != Some(token_type::CONTROL))
+            .collect();
+        self.decode(&kept)
+    }
+
     /// Raw bytes of one token (a multi-byte char may span several tokens);
     /// empty for an id outside the vocabulary.
     pub fn token_to_piece_bytes(&self, id: u32) -> Vec<u8> {

@@ -172,9 +172,54 @@ fn config_errors_name_the_problem() {
         ModelConfig::from_gguf(&bare).unwrap_err(),
         ConfigError::MissingKey("llama.block_count".into())
     );
+    let scaled = GgufFile::from_bytes(
+        GgufWriter::new()
+            .meta("general.architecture", MetaValue::Str("llama".into()))
+            .meta("llama.block_count", MetaValue::U32(1))
+            .meta("llama.embedding_length", MetaValue::U32(64))
+            .meta("llama.attention.head_count", MetaValue::U32(4))
+            .meta("llama.feed_forward_length", MetaValue::U32(64))
+            .meta("llama.context_length", MetaValue::U32(64))
+            .meta("llama.rope.scaling.type", MetaValue::Str("yarn".into()))
+            .to_bytes(),
+    )
+    .unwrap();
+    let e = ModelConfig::from_gguf(&scaled).unwrap_err().to_string();
+    assert!(e.contains("rope scaling 'yarn' is unsupported"), "{e}");
     let none = GgufFile::from_bytes(GgufWriter::new().to_bytes()).unwrap();
     assert_eq!(
         ModelConfig::from_gguf(&none).unwrap_err(),
         ConfigError::NoArchitecture
     );
+}
+
+/// The 1.5B model is not fetched by CI; run with `--ignored` after
+/// `scripts/fetch-model.sh qwen2.5-coder-1.5b`.
+#[test]
+#[ignore = "needs qwen2.5-coder-1.5b.gguf (scripts/fetch-model.sh qwen2.5-coder-1.5b)"]
+fn qwen15_config_tensors_and_tokenizer() {
+    let Some(p) = common::model("qwen2.5-coder-1.5b.gguf", "qwen2.5-coder-1.5b") else {
+        return;
+    };
+    let f = GgufFile::open(&p).unwrap();
+    let c = ModelConfig::from_gguf(&f).unwrap();
+    assert_eq!(
+        (c.arch, c.n_layer, c.n_embd, c.n_head, c.n_head_kv),
+        (Arch::Qwen2, 28, 1536, 12, 2)
+    );
+    assert_eq!((c.head_dim, c.n_ff, c.vocab_size), (128, 8960, 151936));
+    assert!(c.has_qkv_bias && !c.tied_embeddings);
+    let mut types: Vec<GgmlType> = f.tensors().iter().map(|t| t.ggml_type).collect();
+    types.sort_by_key(|t| t.to_u32());
+    types.dedup();
+    assert_eq!(types, vec![GgmlType::F32, GgmlType::Q4K, GgmlType::Q6K]);
+    for t in f.tensors() {
+        let rb = t.ggml_type.row_bytes(t.row_len()).unwrap();
+        let mut y = vec![0f32; t.row_len()];
+        graphs::quant::dequantize_row(t.ggml_type, &f.tensor_data(t)[..rb], &mut y).unwrap();
+        assert!(y.iter().all(|v| v.is_finite()), "{}", t.name);
+    }
+    let tok = graphs::tokenizer::Tokenizer::from_gguf(&f).unwrap();
+    assert_eq!(tok.encode("Hello world", false).unwrap(), vec![9707, 1879]);
+    assert_eq!(graphs::chat::ChatTemplate::from_gguf(&f).warning(), None);
 }

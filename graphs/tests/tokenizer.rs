@@ -78,6 +78,10 @@ fn qwen_specials_and_end_of_generation() {
     assert_eq!(tok.decode(&ids).unwrap(), nasty);
     assert_eq!(tok.encode(nasty, true).unwrap().len(), 6);
     assert!(tok.decode(&[u32::MAX]).is_err());
+    let mut answer = tok.encode("Done.", false).unwrap();
+    answer.push(im_end);
+    assert_eq!(tok.decode(&answer).unwrap(), "Done.<|im_end|>");
+    assert_eq!(tok.decode_skip_special(&answer).unwrap(), "Done.");
     // Qwen ids exceed u16 (BRIEF pitfall 6)
     assert!(tok.vocab_size() > 65536);
 }
