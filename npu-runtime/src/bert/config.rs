@@ -82,7 +82,7 @@ impl BertConfig {
         {
             return bad("dimensions implausibly large".into());
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return bad(format!(
                 "hidden_size {} not divisible by num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads

@@ -1,22 +1,25 @@
 //! The encoder graph: embeddings, N transformer layers, mean pooling.
 
-use super::ops::{add_layer_norm, attend_row, gelu_in_place, mean_pool_normalize};
+use super::linear::Linear;
+use super::linear::MR as ROW_ALIGN;
+use super::ops::{add_layer_norm, attend_row, gelu_in_place, mean_pool_normalize, KeysT};
 use super::parallel::for_row_chunks;
 use super::weights::{self, BertWeights};
-use super::{BertConfig, BertError, PackedLinear};
+use super::{BertConfig, BertError};
+use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use std::path::Path;
 
-/// Register-tile height of [`PackedLinear`]; thread splits keep tiles whole.
-const ROW_ALIGN: usize = 4;
 /// Largest padded batch (`batch × longest sequence`) one call may run; bounds the workspace.
 pub const MAX_BATCH_TOKENS: usize = 65_536;
+/// Rows per SIMD matmul call: keeps the activations a call streams per weight group in cache.
+const MATMUL_ROWS: usize = 128;
 
 /// A loaded BERT encoder. Immutable after loading, so one model can serve many threads, each
 /// with its own [`BertWorkspace`].
 pub struct BertModel {
     cfg: BertConfig,
     w: BertWeights,
-    threads: usize,
+    pool: ThreadPool,
 }
 
 /// Every intermediate buffer of a forward pass, planned for a batch shape and reused across
@@ -26,10 +29,15 @@ pub struct BertWorkspace {
     hidden: Vec<f32>,
     proj: Vec<f32>,
     qkv: Vec<f32>,
+    /// Keys of each sequence transposed per head (see [`KeysT`]).
+    keys_t: Vec<f32>,
     ctx: Vec<f32>,
     inter: Vec<f32>,
     /// One attention-score row per thread.
     scores: Vec<Vec<f32>>,
+    /// One empty scratch slot per thread for operations that need none.
+    unit: Vec<()>,
+    matmul: MatmulScratch,
     lens: Vec<usize>,
     seq: usize,
 }
@@ -69,8 +77,8 @@ impl BertModel {
     pub fn from_bytes(config_json: &str, safetensors: &[u8]) -> Result<Self, BertError> {
         let cfg = BertConfig::from_json(config_json)?;
         let w = weights::load(&cfg, safetensors)?;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(BertModel { cfg, w, threads })
+        let pool = ThreadPool::with_available_parallelism();
+        Ok(BertModel { cfg, w, pool })
     }
 
     pub fn config(&self) -> &BertConfig {
@@ -79,11 +87,13 @@ impl BertModel {
 
     /// Worker threads per forward pass (default: available parallelism).
     pub fn set_threads(&mut self, threads: usize) {
-        self.threads = threads.max(1);
+        if threads.max(1) != self.pool.n_threads() {
+            self.pool = ThreadPool::new(threads);
+        }
     }
 
     pub fn threads(&self) -> usize {
-        self.threads
+        self.pool.n_threads()
     }
 
     /// A workspace planned for batches of up to `batch` sequences of `seq` tokens.
@@ -93,9 +103,12 @@ impl BertModel {
             hidden: Vec::new(),
             proj: Vec::new(),
             qkv: Vec::new(),
+            keys_t: Vec::new(),
             ctx: Vec::new(),
             inter: Vec::new(),
             scores: Vec::new(),
+            unit: Vec::new(),
+            matmul: MatmulScratch::new(MATMUL_ROWS, self.max_in_features()),
             lens: Vec::with_capacity(batch),
             seq: 0,
         };
@@ -114,10 +127,13 @@ impl BertModel {
             ws.hidden.resize(rows * h, 0.0);
             ws.proj.resize(rows * h, 0.0);
             ws.qkv.resize(rows * 3 * h, 0.0);
+            ws.keys_t.resize(rows * h, 0.0);
             ws.ctx.resize(rows * h, 0.0);
             ws.inter.resize(rows * i, 0.0);
         }
-        ws.scores.resize_with(self.threads, Vec::new);
+        let threads = self.pool.n_threads();
+        ws.unit.resize(threads, ());
+        ws.scores.resize_with(threads, Vec::new);
         for s in &mut ws.scores {
             if s.len() < seq {
                 s.resize(seq, 0.0);
@@ -194,17 +210,21 @@ impl BertModel {
         Ok(())
     }
 
+    fn max_in_features(&self) -> usize {
+        self.cfg.hidden_size.max(self.cfg.intermediate_size)
+    }
+
     fn embed_tokens(&self, ws: &mut BertWorkspace, batch: &[&[u32]], rows: usize) {
         let h = self.cfg.hidden_size;
         let eps = self.cfg.layer_norm_eps as f32;
         let w = &self.w;
         let seq = ws.seq;
-        let mut unit = vec![(); self.threads];
         for_row_chunks(
+            &self.pool,
             &mut ws.hidden[..rows * h],
             h,
             1,
-            &mut unit,
+            &mut ws.unit,
             |first, chunk, _| {
                 for (r, row) in chunk.chunks_exact_mut(h).enumerate() {
                     let (b, t) = ((first + r) / seq, (first + r) % seq);
@@ -228,77 +248,114 @@ impl BertModel {
         let (h, i) = (self.cfg.hidden_size, self.cfg.intermediate_size);
         let eps = self.cfg.layer_norm_eps as f32;
         let lw = &self.w.layers[l];
-        let mut unit = vec![(); self.threads];
+        let ws = &mut *ws;
 
+        let x = &ws.hidden[..rows * h];
         self.linear(
             &lw.qkv,
-            &ws.hidden[..rows * h],
+            x,
             &mut ws.qkv[..rows * 3 * h],
-            &mut unit,
+            ws.unit.as_mut_slice(),
+            &mut ws.matmul,
             |_, _| {},
         );
         self.attention(ws, rows);
         let hidden = &ws.hidden[..rows * h];
+        let post_attn = |first: usize, out: &mut [f32]| {
+            for (r, row) in out.chunks_exact_mut(h).enumerate() {
+                let res = &hidden[(first + r) * h..][..h];
+                add_layer_norm(row, Some(res), &lw.attn_ln.0, &lw.attn_ln.1, eps);
+            }
+        };
         self.linear(
             &lw.attn_out,
             &ws.ctx[..rows * h],
             &mut ws.proj[..rows * h],
-            &mut unit,
-            |first, out| {
-                for (r, row) in out.chunks_exact_mut(h).enumerate() {
-                    let res = &hidden[(first + r) * h..][..h];
-                    add_layer_norm(row, Some(res), &lw.attn_ln.0, &lw.attn_ln.1, eps);
-                }
-            },
+            &mut ws.unit,
+            &mut ws.matmul,
+            post_attn,
         );
         std::mem::swap(&mut ws.hidden, &mut ws.proj);
+        let x = &ws.hidden[..rows * h];
         self.linear(
             &lw.intermediate,
-            &ws.hidden[..rows * h],
+            x,
             &mut ws.inter[..rows * i],
-            &mut unit,
+            &mut ws.unit,
+            &mut ws.matmul,
             |_, out| gelu_in_place(out),
         );
         let hidden = &ws.hidden[..rows * h];
+        let post_ffn = |first: usize, out: &mut [f32]| {
+            for (r, row) in out.chunks_exact_mut(h).enumerate() {
+                let res = &hidden[(first + r) * h..][..h];
+                add_layer_norm(row, Some(res), &lw.out_ln.0, &lw.out_ln.1, eps);
+            }
+        };
         self.linear(
             &lw.output,
             &ws.inter[..rows * i],
             &mut ws.proj[..rows * h],
-            &mut unit,
-            |first, out| {
-                for (r, row) in out.chunks_exact_mut(h).enumerate() {
-                    let res = &hidden[(first + r) * h..][..h];
-                    add_layer_norm(row, Some(res), &lw.out_ln.0, &lw.out_ln.1, eps);
-                }
-            },
+            &mut ws.unit,
+            &mut ws.matmul,
+            post_ffn,
         );
         std::mem::swap(&mut ws.hidden, &mut ws.proj);
     }
 
-    /// `y = lin(x)` split over threads by rows, then `epilogue(first_row, y_rows)` on each
-    /// thread's rows while they are still in cache.
+    /// `y = lin(x)` (bias included) split over the pool, then `epilogue(first_row, y_rows)`
+    /// on each task's rows.
     fn linear(
         &self,
-        lin: &PackedLinear,
+        lin: &Linear,
         x: &[f32],
         y: &mut [f32],
         unit: &mut [()],
+        scratch: &mut MatmulScratch,
         epilogue: impl Fn(usize, &mut [f32]) + Sync,
     ) {
         let (n, k) = (lin.out_features(), lin.in_features());
-        for_row_chunks(y, n, ROW_ALIGN, unit, |first, out, _| {
-            let rows = out.len() / n;
-            lin.forward(&x[first * k..(first + rows) * k], out);
-            epilogue(first, out);
-        });
+        let pool = &self.pool;
+        match lin {
+            Linear::Packed(p) => for_row_chunks(pool, y, n, ROW_ALIGN, unit, |first, out, _| {
+                let rows = out.len() / n;
+                p.forward(&x[first * k..(first + rows) * k], out);
+                epilogue(first, out);
+            }),
+            Linear::Simd { w, bias } => {
+                // The kernel parallelises over output features; bias and epilogue over rows.
+                for (xb, yb) in x.chunks(MATMUL_ROWS * k).zip(y.chunks_mut(MATMUL_ROWS * n)) {
+                    matmul(w, xb, xb.len() / k, yb, scratch, pool);
+                }
+                for_row_chunks(pool, y, n, 1, unit, |first, out, _| {
+                    for row in out.chunks_exact_mut(n) {
+                        for (o, b) in row.iter_mut().zip(bias) {
+                            *o += b;
+                        }
+                    }
+                    epilogue(first, out);
+                });
+            }
+        }
     }
 
     fn attention(&self, ws: &mut BertWorkspace, rows: usize) {
         let h = self.cfg.hidden_size;
         let hd = self.cfg.head_dim();
         let seq = ws.seq;
-        let (qkv, lens) = (&ws.qkv[..rows * 3 * h], &ws.lens);
+        // Keys transposed per sequence: [batch][hidden][seq].
+        let kt = &mut ws.keys_t[..rows * h];
+        for (b, kt_b) in kt.chunks_exact_mut(h * seq).enumerate() {
+            for j in 0..ws.lens[b] {
+                let key = &ws.qkv[(b * seq + j) * 3 * h + h..][..h];
+                for (c, &x) in key.iter().enumerate() {
+                    kt_b[c * seq + j] = x;
+                }
+            }
+        }
+        let (qkv, lens, kt) = (&ws.qkv[..rows * 3 * h], &ws.lens, &ws.keys_t[..rows * h]);
         for_row_chunks(
+            &self.pool,
             &mut ws.ctx[..rows * h],
             h,
             1,
@@ -313,11 +370,13 @@ impl BertModel {
                     }
                     let base = b * seq;
                     let q = &qkv[(base + t) * 3 * h..][..h];
-                    let kv = (base..base + len).map(|j| {
-                        let row = &qkv[j * 3 * h..(j + 1) * 3 * h];
-                        (&row[h..2 * h], &row[2 * h..])
-                    });
-                    attend_row(q, kv, hd, scores, out);
+                    let keys = KeysT {
+                        data: &kt[b * h * seq..(b + 1) * h * seq],
+                        stride: seq,
+                        len,
+                    };
+                    let values = &qkv[base * 3 * h + 2 * h..(base + len) * 3 * h];
+                    attend_row(q, &keys, values, 3 * h, hd, scores, out);
                 }
             },
         );

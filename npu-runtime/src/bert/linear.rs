@@ -9,10 +9,12 @@
 //! added last, whatever `MR`, row offset or thread split produced it: results are
 //! batch-invariant bit for bit.
 
+use crate::kernels::{detected, GgmlType, Isa, QMatrix};
+
 /// Output features per panel (one 64-byte cache line of f32).
 const NR: usize = 16;
 /// Input rows per register tile.
-const MR: usize = 4;
+pub(crate) const MR: usize = 2;
 
 /// A linear layer ready for [`PackedLinear::forward`].
 #[derive(Debug, Clone)]
@@ -103,6 +105,45 @@ impl PackedLinear {
     }
 }
 
+/// A dense layer on the best available path: the runtime's SIMD f32 matmul
+/// ([`crate::kernels::matmul`], AVX-512/AVX2 with FMA) when this CPU has one, otherwise the
+/// portable [`PackedLinear`] (the kernels' portable float path relies on `mul_add`, which is a
+/// slow library call on x86 builds without FMA).
+pub(crate) enum Linear {
+    Simd { w: QMatrix, bias: Vec<f32> },
+    Packed(PackedLinear),
+}
+
+impl Linear {
+    /// `weight` is row-major `[n, k]`, `bias` is `[n]`.
+    pub fn new(weight: &[f32], bias: &[f32], n: usize, k: usize) -> Self {
+        if detected() != Isa::Portable {
+            let bytes: Vec<u8> = weight.iter().flat_map(|w| w.to_le_bytes()).collect();
+            if let Ok(w) = QMatrix::from_ggml(GgmlType::F32, n, k, &bytes) {
+                return Linear::Simd {
+                    w,
+                    bias: bias.to_vec(),
+                };
+            }
+        }
+        Linear::Packed(PackedLinear::new(weight, bias, n, k))
+    }
+
+    pub fn out_features(&self) -> usize {
+        match self {
+            Linear::Simd { w, .. } => w.rows(),
+            Linear::Packed(p) => p.out_features(),
+        }
+    }
+
+    pub fn in_features(&self) -> usize {
+        match self {
+            Linear::Simd { w, .. } => w.cols(),
+            Linear::Packed(p) => p.in_features(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +213,32 @@ mod tests {
             let mut one = vec![0.0; n];
             lin.forward(&x[r * k..(r + 1) * k], &mut one);
             assert_eq!(one, all[r * n..(r + 1) * n]);
+        }
+    }
+
+    #[test]
+    fn dispatched_linear_agrees_with_reference() {
+        use crate::kernels::{matmul, MatmulScratch, ThreadPool};
+        let (rows, n, k) = (37, 48, 40);
+        let (w, b, x) = (values(7, n * k), values(8, n), values(9, rows * k));
+        let lin = Linear::new(&w, &b, n, k);
+        assert_eq!((lin.out_features(), lin.in_features()), (n, k));
+        let mut y = vec![0.0; rows * n];
+        match &lin {
+            Linear::Simd { w, bias } => {
+                let pool = ThreadPool::new(2);
+                matmul(w, &x, rows, &mut y, &mut MatmulScratch::new(rows, k), &pool);
+                for row in y.chunks_exact_mut(n) {
+                    row.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
+                }
+            }
+            Linear::Packed(p) => p.forward(&x, &mut y),
+        }
+        for (got, want) in y.iter().zip(reference(&w, &b, &x, n, k)) {
+            assert!(
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{got} vs {want}"
+            );
         }
     }
 }

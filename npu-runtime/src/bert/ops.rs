@@ -126,43 +126,78 @@ pub(crate) fn add_layer_norm(
     }
 }
 
+/// Keys of one sequence, transposed per head so a query's scores are a sum of axpys over
+/// the keys (vectorises without horizontal reductions).
+pub(crate) struct KeysT<'a> {
+    /// `[hidden][stride]`: element `(h·head_dim + d, j)` is dimension `d` of head `h` of key `j`.
+    pub data: &'a [f32],
+    pub stride: usize,
+    /// Real (unmasked) tokens of the sequence: the attention mask.
+    pub len: usize,
+}
+
 /// Scaled dot-product attention for one query row of one sequence, all heads.
 ///
-/// `q` is the row's queries `[hidden]`; `keys`/`values` yield the `[hidden]` key and value
-/// rows of the sequence's real (unmasked) tokens only, which is the attention mask: padding
-/// never enters the scores. `scores` needs one slot per real token.
-pub(crate) fn attend_row<'a>(
+/// `values` holds the sequence's value rows at `v_stride` floats apart; only the first
+/// `keys.len` keys and values are read, so padding never enters the scores. `scores` needs
+/// `keys.len` slots.
+pub(crate) fn attend_row(
     q: &[f32],
-    kv_rows: impl Iterator<Item = (&'a [f32], &'a [f32])> + Clone,
+    keys: &KeysT,
+    values: &[f32],
+    v_stride: usize,
     head_dim: usize,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
     let scale = 1.0 / (head_dim as f32).sqrt();
-    out.fill(0.0);
+    let len = keys.len;
+    let scores = &mut scores[..len];
     for (h, (qh, oh)) in q
         .chunks_exact(head_dim)
         .zip(out.chunks_exact_mut(head_dim))
         .enumerate()
     {
-        let hs = h * head_dim..(h + 1) * head_dim;
-        let mut n = 0;
-        let mut max = f32::NEG_INFINITY;
-        for ((k, _), s) in kv_rows.clone().zip(scores.iter_mut()) {
-            *s = dot(qh, &k[hs.clone()]) * scale;
-            max = max.max(*s);
-            n += 1;
+        // Four key dimensions per pass over the scores (fixed order, fewer loads/stores).
+        scores.fill(0.0);
+        let key_row = |d: usize| &keys.data[(h * head_dim + d) * keys.stride..][..len];
+        let mut d = 0;
+        while d + 4 <= head_dim {
+            let (k0, k1, k2, k3) = (key_row(d), key_row(d + 1), key_row(d + 2), key_row(d + 3));
+            let (q0, q1, q2, q3) = (qh[d], qh[d + 1], qh[d + 2], qh[d + 3]);
+            for j in 0..len {
+                scores[j] += q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j];
+            }
+            d += 4;
         }
-        let scores = &mut scores[..n];
+        for d in d..head_dim {
+            for (s, k) in scores.iter_mut().zip(key_row(d)) {
+                *s += qh[d] * k;
+            }
+        }
+        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
         for s in scores.iter_mut() {
-            *s = exp_approx(*s - max);
+            *s = exp_approx((*s - max) * scale);
         }
         let inv = 1.0 / sum(scores);
-        for ((_, v), &p) in kv_rows.clone().zip(scores.iter()) {
-            let p = p * inv;
-            for (o, v) in oh.iter_mut().zip(&v[hs.clone()]) {
+        oh.fill(0.0);
+        let value = |j: usize| &values[j * v_stride + h * head_dim..][..head_dim];
+        let mut j = 0;
+        while j + 4 <= len {
+            let (v0, v1, v2, v3) = (value(j), value(j + 1), value(j + 2), value(j + 3));
+            let (p0, p1, p2, p3) = (scores[j], scores[j + 1], scores[j + 2], scores[j + 3]);
+            for i in 0..head_dim {
+                oh[i] += p0 * v0[i] + p1 * v1[i] + p2 * v2[i] + p3 * v3[i];
+            }
+            j += 4;
+        }
+        for (j, &p) in scores.iter().enumerate().skip(j) {
+            for (o, v) in oh.iter_mut().zip(value(j)) {
                 *o += p * v;
             }
+        }
+        for o in oh.iter_mut() {
+            *o *= inv;
         }
     }
 }
@@ -248,18 +283,40 @@ mod tests {
 
     #[test]
     fn attention_is_softmax_weighted_values() {
-        // One head of width 2, two keys: scores q·k/sqrt(2).
-        let q = [1.0f32, 0.0];
-        let keys = [[1.0f32, 0.0], [0.0, 1.0]];
-        let vals = [[1.0f32, 2.0], [3.0, 4.0]];
-        let rows = keys.iter().zip(vals.iter()).map(|(k, v)| (&k[..], &v[..]));
-        let mut scores = [0.0; 2];
-        let mut out = [0.0; 2];
-        attend_row(&q, rows, 2, &mut scores, &mut out);
-        let e = (1.0f32 / 2f32.sqrt()).exp();
-        let p0 = e / (e + 1.0);
-        let want = [p0 * 1.0 + (1.0 - p0) * 3.0, p0 * 2.0 + (1.0 - p0) * 4.0];
-        assert!((out[0] - want[0]).abs() < 1e-6 && (out[1] - want[1]).abs() < 1e-6);
+        // Two heads of width 2, two real keys and one padded slot (stride 3).
+        let q = [1.0f32, 0.0, 0.0, 2.0];
+        let keys = [[1.0f32, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 1.0]];
+        let vals = [[1.0f32, 2.0, 5.0, 6.0], [3.0, 4.0, 7.0, 8.0]];
+        let mut kt = vec![f32::NAN; 4 * 3];
+        for (j, k) in keys.iter().enumerate() {
+            for (c, &x) in k.iter().enumerate() {
+                kt[c * 3 + j] = x;
+            }
+        }
+        let v: Vec<f32> = vals.iter().flatten().copied().collect();
+        let keys_t = KeysT {
+            data: &kt,
+            stride: 3,
+            len: 2,
+        };
+        let mut scores = [0.0; 3];
+        let mut out = [0.0; 4];
+        attend_row(&q, &keys_t, &v, 4, 2, &mut scores, &mut out);
+        let mut want = [0.0f32; 4];
+        for h in 0..2 {
+            let s: Vec<f32> = keys
+                .iter()
+                .map(|k| (q[2 * h] * k[2 * h] + q[2 * h + 1] * k[2 * h + 1]) / 2f32.sqrt())
+                .collect();
+            let e: Vec<f32> = s.iter().map(|x| x.exp()).collect();
+            let z: f32 = e.iter().sum();
+            for d in 0..2 {
+                want[2 * h + d] = (e[0] * vals[0][2 * h + d] + e[1] * vals[1][2 * h + d]) / z;
+            }
+        }
+        for (o, w) in out.iter().zip(want) {
+            assert!((o - w).abs() < 1e-6, "{out:?} {want:?}");
+        }
     }
 
     #[test]

@@ -1,16 +1,16 @@
 //! Reads a BERT checkpoint (`model.safetensors`) into f32 buffers, checking every tensor's
 //! presence, type and shape against the config before anything is sized from it.
 
-use super::{linear::PackedLinear, BertConfig, BertError};
+use super::{linear::Linear, BertConfig, BertError};
 use safetensors::{Dtype, SafeTensors};
 
 pub(crate) struct LayerWeights {
     /// Query, key and value projections fused into one `[3·hidden, hidden]` layer.
-    pub qkv: PackedLinear,
-    pub attn_out: PackedLinear,
+    pub qkv: Linear,
+    pub attn_out: Linear,
     pub attn_ln: (Vec<f32>, Vec<f32>),
-    pub intermediate: PackedLinear,
-    pub output: PackedLinear,
+    pub intermediate: Linear,
+    pub output: Linear,
     pub out_ln: (Vec<f32>, Vec<f32>),
 }
 
@@ -68,10 +68,10 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    fn linear(&self, name: &str, n: usize, k: usize) -> Result<PackedLinear, BertError> {
+    fn linear(&self, name: &str, n: usize, k: usize) -> Result<Linear, BertError> {
         let w = self.get(&format!("{name}.weight"), &[n, k])?;
         let b = self.get(&format!("{name}.bias"), &[n])?;
-        Ok(PackedLinear::new(&w, &b, n, k))
+        Ok(Linear::new(&w, &b, n, k))
     }
 
     fn norm(&self, name: &str, n: usize) -> Result<(Vec<f32>, Vec<f32>), BertError> {
@@ -103,7 +103,7 @@ pub(crate) fn load(cfg: &BertConfig, bytes: &[u8]) -> Result<BertWeights, BertEr
             b.extend(r.get(&format!("{p}attention.self.{part}.bias"), &[h])?);
         }
         layers.push(LayerWeights {
-            qkv: PackedLinear::new(&w, &b, 3 * h, h),
+            qkv: Linear::new(&w, &b, 3 * h, h),
             attn_out: r.linear(&format!("{p}attention.output.dense"), h, h)?,
             attn_ln: r.norm(&format!("{p}attention.output.LayerNorm"), h)?,
             intermediate: r.linear(&format!("{p}intermediate.dense"), i, h)?,
