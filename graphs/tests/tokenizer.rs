@@ -153,3 +153,44 @@ fn clear_errors() {
     let e = Tokenizer::from_gguf(&empty).unwrap_err();
     assert!(e.to_string().contains("tokenizer.ggml.model"), "{e}");
 }
+
+#[test]
+fn shared_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<GgufFile>();
+    check::<Tokenizer>();
+    check::<graphs::chat::ChatTemplate>();
+}
+
+fn smollm2_tok() -> Option<&'static Tokenizer> {
+    static TOK: std::sync::OnceLock<Option<Tokenizer>> = std::sync::OnceLock::new();
+    TOK.get_or_init(|| {
+        let p = common::smollm2()?;
+        Some(Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap())
+    })
+    .as_ref()
+}
+
+proptest::proptest! {
+    /// Any text survives encode -> decode, and plain encoding never yields a
+    /// control token, even when the text is made of special-token texts.
+    #[test]
+    fn encode_decode_round_trip(
+        text in "(\\PC|<\\|im_end\\|>|<\\|im_start\\|>|<\\|endoftext\\|>|\\s|[0-9]){0,40}"
+    ) {
+        let Some(tok) = smollm2_tok() else { return Ok(()) };
+        let plain = tok.encode(&text, false).unwrap();
+        proptest::prop_assert!(plain.iter().all(|&id| !tok.is_special(id)));
+        proptest::prop_assert_eq!(tok.decode(&plain).unwrap(), text.clone());
+        let special = tok.encode(&text, true).unwrap();
+        proptest::prop_assert_eq!(tok.decode(&special).unwrap(), text.clone());
+        // streaming gives the same text
+        let mut d = StreamDecoder::new();
+        let mut out = String::new();
+        for &id in &plain {
+            d.push(tok, id, &mut out);
+        }
+        d.finish(&mut out);
+        proptest::prop_assert_eq!(out, text);
+    }
+}
