@@ -47,6 +47,9 @@ pub struct Args {
     /// Token database to draft from (read; grows in memory with each finished prompt).
     #[arg(long)]
     db: Option<PathBuf>,
+    /// Verify-cost curve cache (JSON): read if present, else profiled and written.
+    #[arg(long)]
+    cost_curve: Option<PathBuf>,
     /// Largest verify batch.
     #[arg(long, default_value_t = 64)]
     max_verify: usize,
@@ -210,7 +213,16 @@ pub fn run(args: Args) -> Result<()> {
     // Verify-cost curve at the depth of the first prompt.
     let mut pre = specdec::PrefillOut::default();
     specdec::Target::prefill(&mut session, &prompts[0], 0, &mut pre)?;
-    let curve = CostCurve::profile(&mut session, pre.next, &DEFAULT_SIZES, 3)?;
+    let curve = match &args.cost_curve {
+        Some(p) if p.exists() => CostCurve::load(p)?,
+        cached => {
+            let c = CostCurve::profile(&mut session, pre.next, &DEFAULT_SIZES, 3)?;
+            if let Some(p) = cached {
+                c.save(p)?;
+            }
+            c
+        }
+    };
     if !args.json {
         eprintln!(
             "verify cost (ms): {}",

@@ -13,7 +13,7 @@ use crate::SpecError;
 use std::time::Instant;
 
 /// Verify latency per batch size, measured.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CostCurve {
     /// Increasing batch sizes, starting at 1.
     pub sizes: Vec<usize>,
@@ -71,6 +71,24 @@ impl CostCurve {
             }
         }
         s
+    }
+
+    /// Read a curve cached by `save` (per model and machine); invalid files are errors.
+    pub fn load(path: &std::path::Path) -> Result<Self, SpecError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SpecError::Config(format!("reading {}: {e}", path.display())))?;
+        let c: CostCurve = serde_json::from_str(&text)
+            .map_err(|e| SpecError::Config(format!("{}: not a cost curve: {e}", path.display())))?;
+        CostCurve::new(c.sizes, c.ms)
+    }
+
+    /// Cache the curve as JSON (temp file + rename).
+    pub fn save(&self, path: &std::path::Path) -> Result<(), SpecError> {
+        let io = |e: std::io::Error| SpecError::Config(format!("writing {}: {e}", path.display()));
+        let tmp = path.with_extension("tmp");
+        let text = serde_json::to_string(self).map_err(|e| SpecError::Config(e.to_string()))?;
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
     }
 
     /// Measure the curve through the target: verify chains of the pending token
@@ -233,6 +251,19 @@ mod tests {
         assert!(CostCurve::new(vec![2], vec![1.0]).is_err());
         assert!(CostCurve::new(vec![1, 1], vec![1.0, 1.0]).is_err());
         assert!(CostCurve::new(vec![1], vec![f64::NAN]).is_err());
+    }
+
+    #[test]
+    fn cache_roundtrip_and_bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("curve.json");
+        let c = CostCurve::affine(5.0, 1.0, &DEFAULT_SIZES);
+        c.save(&p).unwrap();
+        assert_eq!(CostCurve::load(&p).unwrap(), c);
+        std::fs::write(&p, "{\"sizes\":[2],\"ms\":[1.0]}").unwrap();
+        assert!(CostCurve::load(&p).is_err());
+        std::fs::write(&p, "garbage").unwrap();
+        assert!(CostCurve::load(&p).is_err());
     }
 
     #[test]
