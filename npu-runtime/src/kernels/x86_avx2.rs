@@ -20,6 +20,9 @@ const Q8_0: u8 = 4;
 const Q4K: u8 = 5;
 const Q6K: u8 = 6;
 
+/// Distance of the software prefetch, in bytes.
+const PREFETCH_AHEAD: usize = 4096;
+
 type Write<'a> = &'a dyn Fn(usize, usize, &[f32; GROUP]);
 
 /// Compute groups `g0..g1` for all tokens.
@@ -105,6 +108,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let m10 = _mm256_set1_epi8(0x10);
     let sign = _mm256_set1_epi32(i32::MIN);
     let flip = _mm256_set1_epi8(-128);
+    let bytes_per_block = p.group_bytes() / nb;
     for g in g0..g1 {
         let group = k.group(g);
         let codes = group.as_ptr();
@@ -116,6 +120,13 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 *a = [_mm256_setzero_ps(); 2];
             }
             for b in 0..nb {
+                // Software prefetch, as in the AVX-512 kernel.
+                let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
+                let mut off = 0;
+                while off < bytes_per_block {
+                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast());
+                    off += 64;
+                }
                 for h in 0..2 {
                     // SAFETY: offsets stay inside this group's planes as in the
                     // AVX-512 kernel; `h * 32` selects rows 8h..8h+8 of a vector.

@@ -21,6 +21,9 @@ const Q8_0: u8 = 4;
 const Q4K: u8 = 5;
 const Q6K: u8 = 6;
 
+/// Distance of the software prefetch, in bytes.
+const PREFETCH_AHEAD: usize = 4096;
+
 type Write<'a> = &'a dyn Fn(usize, usize, &[f32; GROUP]);
 
 /// Compute groups `g0..g1` for all tokens.
@@ -76,6 +79,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let m30 = _mm512_set1_epi8(0x30);
     let sixteen = _mm512_set1_epi8(16);
     let sign = _mm512_set1_epi32(i32::MIN);
+    let bytes_per_block = p.group_bytes() / nb;
     for g in g0..g1 {
         let group = k.group(g);
         let codes = group.as_ptr();
@@ -87,6 +91,16 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 *a = _mm512_setzero_ps();
             }
             for b in 0..nb {
+                // Software prefetch PREFETCH_AHEAD bytes ahead of this block's
+                // share of the group (groups are contiguous, so this runs into
+                // the next group). Hardware prefetch alone falls behind when
+                // a batch makes each block's compute long.
+                let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
+                let mut off = 0;
+                while off < bytes_per_block {
+                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast());
+                    off += 64;
+                }
                 // SAFETY: every offset below stays inside this group's planes,
                 // whose sizes `Planes::new` computed for `nb` blocks (codes:
                 // 256 or 512 bytes per block, high bits: 64 or 128, scales: 32
