@@ -170,9 +170,9 @@ pub(crate) fn attend_row(
             }
             d += 4;
         }
-        for d in d..head_dim {
+        for (d, &qd) in qh.iter().enumerate().skip(d) {
             for (s, k) in scores.iter_mut().zip(key_row(d)) {
-                *s += qh[d] * k;
+                *s += qd * k;
             }
         }
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
