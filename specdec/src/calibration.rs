@@ -21,6 +21,9 @@ pub struct Calibration {
     probs: Vec<f32>,
     /// Positions of every token in the prompt, ascending.
     occ: HashMap<u32, Vec<u32>>,
+    /// DFS scratch, reused so drafting does not allocate per step.
+    scratch_toks: Vec<u32>,
+    scratch_probs: Vec<f32>,
 }
 
 /// One calibrated chain: tokens and the top-k probability of each.
@@ -100,13 +103,17 @@ impl Calibration {
     /// Calibrated token tree after prompt position `pos`, emitted as root-to-leaf
     /// chains: `branch[d]` alternatives at depth d (1 beyond the listed depths),
     /// at most `depth` tokens per chain.
-    pub fn chains(&self, pos: usize, branch: &[usize], depth: usize, sink: &mut ChainSink<'_>) {
+    pub fn chains(&mut self, pos: usize, branch: &[usize], depth: usize, sink: &mut ChainSink<'_>) {
         if self.is_empty() || pos >= self.prompt.len() || depth == 0 {
             return;
         }
-        let mut toks = Vec::with_capacity(depth);
-        let mut probs = Vec::with_capacity(depth);
+        let mut toks = std::mem::take(&mut self.scratch_toks);
+        let mut probs = std::mem::take(&mut self.scratch_probs);
+        toks.clear();
+        probs.clear();
         self.dfs(pos, branch, depth, &mut toks, &mut probs, sink);
+        self.scratch_toks = toks;
+        self.scratch_probs = probs;
     }
 
     fn dfs(

@@ -275,16 +275,16 @@ impl Drafter for SamDrafter {
                 let base = match_confidence(len);
                 if self.cfg.calibration && end < self.calib.prompt_len() {
                     let cb = (base * 1.1).min(0.95);
-                    let calib = &self.calib;
-                    calib.chains(end, &self.cfg.calib_branch, depth, &mut |toks, probs| {
-                        let mut acc = [0f32; 64];
-                        let mut s = cb;
-                        for (d, &p) in probs.iter().enumerate().take(64) {
-                            s *= p.sqrt() * 0.97;
-                            acc[d] = s;
-                        }
-                        tree.insert(toks, |d| acc[d.min(63)], SRC_CALIB);
-                    });
+                    self.calib
+                        .chains(end, &self.cfg.calib_branch, depth, &mut |toks, probs| {
+                            let mut acc = [0f32; 64];
+                            let mut s = cb;
+                            for (d, &p) in probs.iter().enumerate().take(64) {
+                                s *= p.sqrt() * 0.97;
+                                acc[d] = s;
+                            }
+                            tree.insert(toks, |d| acc[d.min(63)], SRC_CALIB);
+                        });
                 }
                 let cont = self.own.continuation(end, depth);
                 tree.insert(cont, |d| base * 0.92f32.powi(d as i32), SRC_SELF);
