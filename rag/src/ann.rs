@@ -51,7 +51,13 @@ const MAX_LAYER: usize = 16;
 impl HnswIndex {
     pub fn new(dim: usize, capacity: usize) -> Self {
         HnswIndex {
-            hnsw: Hnsw::new(MAX_CONN, capacity.max(1024), MAX_LAYER, EF_CONSTRUCTION, CosineDistance),
+            hnsw: Hnsw::new(
+                MAX_CONN,
+                capacity.max(1024),
+                MAX_LAYER,
+                EF_CONSTRUCTION,
+                CosineDistance,
+            ),
             dim,
             live: RwLock::new(HashSet::new()),
             dead: RwLock::new(HashSet::new()),
@@ -63,8 +69,20 @@ impl HnswIndex {
     pub fn save(&self, dir: &Path, basename: &str) -> Result<()> {
         let used = self.hnsw.file_dump(dir, basename).context("dumping hnsw")?;
         anyhow::ensure!(used == basename, "hnsw dump chose another name ({used})");
-        let live: Vec<i64> = self.live.read().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
-        let dead: Vec<i64> = self.dead.read().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
+        let live: Vec<i64> = self
+            .live
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        let dead: Vec<i64> = self
+            .dead
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect();
         let ids = serde_json::to_vec(&(live, dead))?;
         std::fs::write(dir.join(format!("{basename}.ids.json")), ids)?;
         Ok(())
@@ -115,8 +133,16 @@ impl VectorIndex for HnswIndex {
     }
 
     fn remove(&self, id: i64) {
-        if self.live.write().unwrap_or_else(|e| e.into_inner()).remove(&id) {
-            self.dead.write().unwrap_or_else(|e| e.into_inner()).insert(id);
+        if self
+            .live
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+        {
+            self.dead
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id);
         }
     }
 
@@ -155,7 +181,10 @@ pub struct FlatIndex {
 
 impl FlatIndex {
     pub fn new(dim: usize) -> Self {
-        FlatIndex { dim, rows: RwLock::new(Vec::new()) }
+        FlatIndex {
+            dim,
+            rows: RwLock::new(Vec::new()),
+        }
     }
 }
 
@@ -168,7 +197,10 @@ impl VectorIndex for FlatIndex {
         rows.extend(items.iter().filter(|(_, v)| v.len() == self.dim).cloned());
     }
     fn remove(&self, id: i64) {
-        self.rows.write().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
+        self.rows
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(i, _)| *i != id);
     }
     fn search(&self, query: &[f32], k: usize) -> Vec<(i64, f32)> {
         let rows = self.rows.read().unwrap_or_else(|e| e.into_inner());
@@ -178,7 +210,12 @@ impl VectorIndex for FlatIndex {
         scored
     }
     fn ids(&self) -> HashSet<i64> {
-        self.rows.read().unwrap_or_else(|e| e.into_inner()).iter().map(|(i, _)| *i).collect()
+        self.rows
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(i, _)| *i)
+            .collect()
     }
     fn tombstones(&self) -> usize {
         0
@@ -218,7 +255,11 @@ mod tests {
         let mut hits = 0;
         for (_, q) in &queries {
             let exact: HashSet<i64> = f.search(q, 10).into_iter().map(|x| x.0).collect();
-            hits += h.search(q, 10).iter().filter(|x| exact.contains(&x.0)).count();
+            hits += h
+                .search(q, 10)
+                .iter()
+                .filter(|x| exact.contains(&x.0))
+                .count();
         }
         let recall = hits as f64 / (50.0 * 10.0);
         assert!(recall > 0.9, "hnsw recall@10 vs exact = {recall}");

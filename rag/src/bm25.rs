@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use tantivy::collector::TopDocs;
 use tantivy::query::QueryParser;
 use tantivy::schema::{Field, NumericOptions, Schema, Value, STORED, TEXT};
-use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, TextAnalyzer};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, TextAnalyzer,
+};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 const TOKENIZER: &str = "en_stem_rag";
@@ -48,7 +50,8 @@ fn schema() -> Schema {
 impl Bm25 {
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mmap = tantivy::directory::MmapDirectory::open(dir).context("opening tantivy directory")?;
+        let mmap =
+            tantivy::directory::MmapDirectory::open(dir).context("opening tantivy directory")?;
         let index = Index::open_or_create(mmap, schema()).context("opening tantivy index")?;
         let analyzer = TextAnalyzer::builder(SimpleTokenizer::default())
             .filter(RemoveLongFilter::limit(40))
@@ -77,10 +80,9 @@ impl Bm25 {
     pub fn begin_write(&self) -> Result<()> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         if w.is_none() {
-            let writer = self
-                .index
-                .writer_with_num_threads(1, 64 << 20)
-                .context("another `rag index` seems to be running on this index (tantivy writer lock)")?;
+            let writer = self.index.writer_with_num_threads(1, 64 << 20).context(
+                "another `rag index` seems to be running on this index (tantivy writer lock)",
+            )?;
             *w = Some(writer);
         }
         Ok(())
@@ -103,7 +105,11 @@ impl Bm25 {
 
     /// Store generation the committed text index reflects.
     pub fn committed_generation(&self) -> Result<Option<u64>> {
-        Ok(self.index.load_metas()?.payload.and_then(|p| p.parse().ok()))
+        Ok(self
+            .index
+            .load_metas()?
+            .payload
+            .and_then(|p| p.parse().ok()))
     }
 
     pub fn delete(&self, ids: &[i64]) -> Result<()> {
@@ -158,12 +164,19 @@ impl Bm25 {
         let searcher = self.reader.searcher();
         let cleaned: String = query
             .chars()
-            .map(|c| if c.is_alphanumeric() || c.is_whitespace() { c } else { ' ' })
+            .map(|c| {
+                if c.is_alphanumeric() || c.is_whitespace() {
+                    c
+                } else {
+                    ' '
+                }
+            })
             .collect();
         if cleaned.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let mut qp = QueryParser::for_index(&self.index, vec![self.f_text, self.f_heading, self.f_path]);
+        let mut qp =
+            QueryParser::for_index(&self.index, vec![self.f_text, self.f_heading, self.f_path]);
         qp.set_field_boost(self.f_heading, 1.5);
         qp.set_field_boost(self.f_path, 1.5);
         let (q, _errors) = qp.parse_query_lenient(&cleaned);

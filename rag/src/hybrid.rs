@@ -9,6 +9,61 @@ pub struct Fused {
     pub dense_rank: Option<usize>,
 }
 
+/// How BM25 and dense rankings are combined.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fusion {
+    /// Reciprocal rank fusion with constant `k`.
+    Rrf { k: f32 },
+    /// `alpha * bm25 + (1 - alpha) * dense` on min-max normalised scores (0 when absent).
+    Convex { alpha: f32 },
+}
+
+impl Fusion {
+    pub fn name(&self) -> String {
+        match self {
+            Fusion::Rrf { k } => format!("RRF k={k}"),
+            Fusion::Convex { alpha } => format!("convex a={alpha}"),
+        }
+    }
+}
+
+pub fn fuse(bm25: &[(i64, f32)], dense: &[(i64, f32)], how: Fusion) -> Vec<Fused> {
+    match how {
+        Fusion::Rrf { k } => rrf(bm25, dense, k),
+        Fusion::Convex { alpha } => convex(bm25, dense, alpha),
+    }
+}
+
+fn min_max(list: &[(i64, f32)]) -> impl Fn(f32) -> f32 {
+    let lo = list.iter().map(|x| x.1).fold(f32::INFINITY, f32::min);
+    let hi = list.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max);
+    move |s| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }
+}
+
+/// Convex combination of min-max normalised scores over each list's candidates.
+pub fn convex(bm25: &[(i64, f32)], dense: &[(i64, f32)], alpha: f32) -> Vec<Fused> {
+    let nb = min_max(bm25);
+    let nd = min_max(dense);
+    let mut out = rrf(bm25, dense, RRF_K);
+    for f in &mut out {
+        let b = f.bm25_rank.map(|r| nb(bm25[r - 1].1)).unwrap_or(0.0);
+        let d = f.dense_rank.map(|r| nd(dense[r - 1].1)).unwrap_or(0.0);
+        f.score = alpha * b + (1.0 - alpha) * d;
+    }
+    let best = |f: &Fused| {
+        f.bm25_rank
+            .unwrap_or(usize::MAX)
+            .min(f.dense_rank.unwrap_or(usize::MAX))
+    };
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(best(a).cmp(&best(b)))
+            .then(a.id.cmp(&b.id))
+    });
+    out
+}
+
 /// Default RRF constant (Cormack et al.): damps the head so one list cannot dominate.
 pub const RRF_K: f32 = 60.0;
 
@@ -21,7 +76,12 @@ pub fn rrf(bm25: &[(i64, f32)], dense: &[(i64, f32)], k: f32) -> Vec<Fused> {
         for (i, (id, _)) in list.iter().enumerate() {
             let rank = i + 1;
             let idx = *pos.entry(*id).or_insert_with(|| {
-                out.push(Fused { id: *id, score: 0.0, bm25_rank: None, dense_rank: None });
+                out.push(Fused {
+                    id: *id,
+                    score: 0.0,
+                    bm25_rank: None,
+                    dense_rank: None,
+                });
                 out.len() - 1
             });
             let f = &mut out[idx];
@@ -39,8 +99,17 @@ pub fn rrf(bm25: &[(i64, f32)], dense: &[(i64, f32)], k: f32) -> Vec<Fused> {
             f.score += 1.0 / (k + rank as f32);
         }
     }
-    let best = |f: &Fused| f.bm25_rank.unwrap_or(usize::MAX).min(f.dense_rank.unwrap_or(usize::MAX));
-    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(best(a).cmp(&best(b))).then(a.id.cmp(&b.id)));
+    let best = |f: &Fused| {
+        f.bm25_rank
+            .unwrap_or(usize::MAX)
+            .min(f.dense_rank.unwrap_or(usize::MAX))
+    };
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(best(a).cmp(&best(b)))
+            .then(a.id.cmp(&b.id))
+    });
     out
 }
 
@@ -61,6 +130,18 @@ mod tests {
         assert_eq!(f[3].bm25_rank, None);
         let expected = 1.0 / 62.0 + 1.0 / 61.0;
         assert!((f[0].score - expected).abs() < 1e-7);
+    }
+
+    #[test]
+    fn convex_normalises_and_weights() {
+        let bm25 = [(1, 20.0), (2, 10.0), (3, 0.0)];
+        let dense = [(3, 0.9), (2, 0.5), (4, 0.1)];
+        let f = convex(&bm25, &dense, 0.5);
+        // 1: 0.5*1 + 0 = 0.5; 2: 0.5*0.5 + 0.5*0.5 = 0.5; 3: 0 + 0.5*1 = 0.5; 4: 0.
+        assert!(f[..3].iter().all(|x| (x.score - 0.5).abs() < 1e-6));
+        assert_eq!(f[3].id, 4);
+        assert_eq!(convex(&bm25, &dense, 1.0)[0].id, 1);
+        assert_eq!(convex(&bm25, &dense, 0.0)[0].id, 3);
     }
 
     #[test]

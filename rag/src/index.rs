@@ -15,7 +15,7 @@
 use crate::ann::{HnswIndex, VectorIndex};
 use crate::bm25::{Bm25, Bm25Doc};
 use crate::embed_api::Embedder;
-use crate::hybrid::{rrf, RRF_K};
+use crate::hybrid::{fuse, Fused, Fusion};
 use crate::store::{self, ChunkRow, NewChunk, NewDoc};
 use anyhow::{bail, Context, Result};
 use corpus_tools::walk::{walk, WalkOptions};
@@ -175,7 +175,8 @@ const SIDECAR: &str = "dense.json";
 impl Index {
     /// Open or create the index at `dir`. Without an embedder, only BM25 works.
     pub fn open(dir: &Path, embedder: Option<Arc<dyn Embedder>>) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating index dir {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating index dir {}", dir.display()))?;
         let dir = dir.canonicalize()?;
         let conn = store::open(&dir.join("store.sqlite"))?;
         let bm25 = Bm25::open(&dir.join("bm25"))?;
@@ -207,10 +208,14 @@ impl Index {
     }
 
     fn current_dense_key(&self, conn: &Connection) -> Result<Option<DenseKey>> {
-        let Some(e) = &self.embedder else { return Ok(None) };
+        let Some(e) = &self.embedder else {
+            return Ok(None);
+        };
         Ok(Some(DenseKey {
             generation: store::generation(conn)?,
-            vectors_generation: store::meta_get(conn, "vectors_generation")?.and_then(|v| v.parse().ok()).unwrap_or(0),
+            vectors_generation: store::meta_get(conn, "vectors_generation")?
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             model_id: e.model_id().to_string(),
         }))
     }
@@ -223,7 +228,9 @@ impl Index {
     /// Load the HNSW dump if it reflects the store; otherwise build the graph in memory
     /// from the stored vectors (a crashed or still-running writer left it behind).
     fn load_dense(&self) -> Result<()> {
-        let Some(emb) = &self.embedder else { return Ok(()) };
+        let Some(emb) = &self.embedder else {
+            return Ok(());
+        };
         let key = {
             let conn = self.db();
             self.current_dense_key(&conn)?
@@ -232,13 +239,15 @@ impl Index {
         if let Some(sc) = self.read_sidecar() {
             if sc.key == key && sc.dim == emb.dim() {
                 if let Ok(index) = HnswIndex::load(&self.dir, &sc.basename, sc.dim) {
-                    *self.dense.write().unwrap_or_else(|e| e.into_inner()) = Some(DenseState { index, key });
+                    *self.dense.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(DenseState { index, key });
                     return Ok(());
                 }
             }
         }
         let index = self.build_dense_from_store(&key.model_id, emb.dim())?;
-        *self.dense.write().unwrap_or_else(|e| e.into_inner()) = index.map(|index| DenseState { index, key });
+        *self.dense.write().unwrap_or_else(|e| e.into_inner()) =
+            index.map(|index| DenseState { index, key });
         Ok(())
     }
 
@@ -263,7 +272,9 @@ impl Index {
 
     /// In a long-lived reader: pick up a newer dump written by another process.
     fn refresh_dense(&self) {
-        let Ok(Some(key)) = self.current_dense_key(&self.db()) else { return };
+        let Ok(Some(key)) = self.current_dense_key(&self.db()) else {
+            return;
+        };
         let stale = match &*self.dense.read().unwrap_or_else(|e| e.into_inner()) {
             Some(d) => d.key != key,
             None => true,
@@ -274,7 +285,8 @@ impl Index {
         if let Some(sc) = self.read_sidecar() {
             if sc.key == key {
                 if let Ok(index) = HnswIndex::load(&self.dir, &sc.basename, sc.dim) {
-                    *self.dense.write().unwrap_or_else(|e| e.into_inner()) = Some(DenseState { index, key });
+                    *self.dense.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(DenseState { index, key });
                 }
             }
         }
@@ -285,7 +297,12 @@ impl Index {
     /// Index (or re-index) files under `paths`. Unchanged files cost a stat; changed ones
     /// are re-parsed and only their new content is embedded; files gone from the roots are
     /// removed. Safe to kill at any moment: re-running converges to the same index.
-    pub fn add_paths(&self, paths: &[PathBuf], opts: &IndexOptions, progress: &dyn Fn(IndexProgress)) -> Result<IndexSummary> {
+    pub fn add_paths(
+        &self,
+        paths: &[PathBuf],
+        opts: &IndexOptions,
+        progress: &dyn Fn(IndexProgress),
+    ) -> Result<IndexSummary> {
         let t0 = Instant::now();
         self.bm25.begin_write()?;
         let r = self.add_paths_locked(paths, opts, progress, t0);
@@ -296,20 +313,36 @@ impl Index {
         Ok(summary)
     }
 
-    fn add_paths_locked(&self, paths: &[PathBuf], opts: &IndexOptions, progress: &dyn Fn(IndexProgress), t0: Instant) -> Result<IndexSummary> {
+    fn add_paths_locked(
+        &self,
+        paths: &[PathBuf],
+        opts: &IndexOptions,
+        progress: &dyn Fn(IndexProgress),
+        t0: Instant,
+    ) -> Result<IndexSummary> {
         let _ = t0;
         self.reconcile_bm25()?;
         let mut summary = IndexSummary::default();
         let mut roots = Vec::new();
         for p in paths {
-            roots.push(p.canonicalize().with_context(|| format!("cannot index {}: no such file or directory", p.display()))?);
+            roots.push(p.canonicalize().with_context(|| {
+                format!("cannot index {}: no such file or directory", p.display())
+            })?);
         }
         let config = format!(
             "v{PIPELINE_VERSION}/c{}/o{}/m{}",
             opts.chunk.chunk_tokens, opts.chunk.overlap_tokens, opts.limits.max_file_bytes
         );
-        progress(IndexProgress { phase: Phase::Scan, done: 0, total: 0, current: None });
-        let walk_opts = WalkOptions { include_hidden: opts.include_hidden, exclude: vec![self.dir.clone()] };
+        progress(IndexProgress {
+            phase: Phase::Scan,
+            done: 0,
+            total: 0,
+            current: None,
+        });
+        let walk_opts = WalkOptions {
+            include_hidden: opts.include_hidden,
+            exclude: vec![self.dir.clone()],
+        };
         let (files, errors) = walk(&roots, &walk_opts);
         summary.walk_errors = errors.len() as u64;
         summary.files_seen = files.len() as u64;
@@ -323,7 +356,12 @@ impl Index {
         let total = files.len() as u64;
         for (i, file) in files.iter().enumerate() {
             let path = file.to_string_lossy().into_owned();
-            progress(IndexProgress { phase: Phase::Parse, done: i as u64, total, current: Some(path.clone()) });
+            progress(IndexProgress {
+                phase: Phase::Parse,
+                done: i as u64,
+                total,
+                current: Some(path.clone()),
+            });
             seen.insert(path.clone());
             let (size, mtime_ns) = match std::fs::metadata(file) {
                 Ok(m) => (m.len(), mtime_ns(&m)),
@@ -348,7 +386,10 @@ impl Index {
             };
             match corpus_tools::load::read_file(file, opts.limits.max_file_bytes) {
                 Err(reason) => {
-                    *summary.skipped.entry(reason.as_str().to_string()).or_default() += 1;
+                    *summary
+                        .skipped
+                        .entry(reason.as_str().to_string())
+                        .or_default() += 1;
                     doc.status = format!("skipped:{}", reason.as_str());
                 }
                 Ok(bytes) => {
@@ -365,12 +406,20 @@ impl Index {
                             doc.kind = parsed.kind.as_str().to_string();
                             doc.chunks = chunk_doc(&parsed, &opts.chunk, &*counter)
                                 .into_iter()
-                                .map(|c| NewChunk { text: c.text, heading: c.heading, lines: c.lines, page: c.page })
+                                .map(|c| NewChunk {
+                                    text: c.text,
+                                    heading: c.heading,
+                                    lines: c.lines,
+                                    page: c.page,
+                                })
                                 .collect();
                             summary.files_indexed += 1;
                         }
                         Err(reason) => {
-                            *summary.skipped.entry(reason.as_str().to_string()).or_default() += 1;
+                            *summary
+                                .skipped
+                                .entry(reason.as_str().to_string())
+                                .or_default() += 1;
                             doc.status = format!("skipped:{}", reason.as_str());
                         }
                     }
@@ -403,7 +452,12 @@ impl Index {
         }
         if let Some(emb) = self.embedder.clone() {
             summary.chunks_embedded = self.embed_missing(&*emb, opts, progress)?;
-            progress(IndexProgress { phase: Phase::Finish, done: 0, total: 0, current: None });
+            progress(IndexProgress {
+                phase: Phase::Finish,
+                done: 0,
+                total: 0,
+                current: None,
+            });
             self.reconcile_dense(&*emb)?;
         } else {
             let mut conn = self.db();
@@ -418,7 +472,12 @@ impl Index {
     }
 
     /// The commit point: one transaction for the store, then BM25 with the same generation.
-    fn commit_docs(&self, docs: Vec<NewDoc>, gone: &[String], summary: &mut IndexSummary) -> Result<()> {
+    fn commit_docs(
+        &self,
+        docs: Vec<NewDoc>,
+        gone: &[String],
+        summary: &mut IndexSummary,
+    ) -> Result<()> {
         let mut removed_all = Vec::new();
         let mut added_all: Vec<(i64, usize, usize)> = Vec::new();
         let gen;
@@ -441,7 +500,12 @@ impl Index {
         self.bm25.delete(&removed_all)?;
         for (id, di, ci) in &added_all {
             let c = &docs[*di].chunks[*ci];
-            self.bm25.add(&Bm25Doc { chunk_id: *id, text: &c.text, heading: c.heading.as_deref(), path: &docs[*di].path })?;
+            self.bm25.add(&Bm25Doc {
+                chunk_id: *id,
+                text: &c.text,
+                heading: c.heading.as_deref(),
+                path: &docs[*di].path,
+            })?;
         }
         self.bm25.commit(gen)?;
         if let Some(d) = &*self.dense.read().unwrap_or_else(|e| e.into_inner()) {
@@ -464,14 +528,24 @@ impl Index {
         self.bm25.delete_all()?;
         let conn = self.db();
         store::for_each_chunk(&conn, &mut |c| {
-            self.bm25.add(&Bm25Doc { chunk_id: c.id, text: &c.text, heading: c.heading.as_deref(), path: &c.path })
+            self.bm25.add(&Bm25Doc {
+                chunk_id: c.id,
+                text: &c.text,
+                heading: c.heading.as_deref(),
+                path: &c.path,
+            })
         })?;
         drop(conn);
         self.bm25.commit(gen)
     }
 
     /// Embed every chunk content that has no vector for the current model.
-    fn embed_missing(&self, emb: &dyn Embedder, opts: &IndexOptions, progress: &dyn Fn(IndexProgress)) -> Result<u64> {
+    fn embed_missing(
+        &self,
+        emb: &dyn Embedder,
+        opts: &IndexOptions,
+        progress: &dyn Fn(IndexProgress),
+    ) -> Result<u64> {
         let model = emb.model_id().to_string();
         let total = {
             let conn = self.db();
@@ -492,14 +566,32 @@ impl Index {
             for group in todo.chunks(batch) {
                 let texts: Vec<&str> = group.iter().map(|(_, t)| t.as_str()).collect();
                 let vecs = emb.embed_batch(&texts).context("embedding chunks")?;
-                anyhow::ensure!(vecs.len() == texts.len(), "embedder returned {} vectors for {} texts", vecs.len(), texts.len());
+                anyhow::ensure!(
+                    vecs.len() == texts.len(),
+                    "embedder returned {} vectors for {} texts",
+                    vecs.len(),
+                    texts.len()
+                );
                 for ((h, _), v) in group.iter().zip(vecs) {
-                    anyhow::ensure!(v.len() == emb.dim(), "embedder returned a {}-d vector, expected {}", v.len(), emb.dim());
-                    anyhow::ensure!(v.iter().all(|x| x.is_finite()), "embedder returned a non-finite vector");
+                    anyhow::ensure!(
+                        v.len() == emb.dim(),
+                        "embedder returned a {}-d vector, expected {}",
+                        v.len(),
+                        emb.dim()
+                    );
+                    anyhow::ensure!(
+                        v.iter().all(|x| x.is_finite()),
+                        "embedder returned a non-finite vector"
+                    );
                     out.push((h.clone(), v));
                 }
                 done += group.len() as u64;
-                progress(IndexProgress { phase: Phase::Embed, done, total, current: None });
+                progress(IndexProgress {
+                    phase: Phase::Embed,
+                    done,
+                    total,
+                    current: None,
+                });
             }
             let mut conn = self.db();
             let tx = conn.transaction()?;
@@ -522,7 +614,12 @@ impl Index {
     fn reconcile_dense(&self, emb: &dyn Embedder) -> Result<()> {
         let key = self.current_dense_key(&self.db())?.context("no embedder")?;
         if let Some(sc) = self.read_sidecar() {
-            let loaded = self.dense.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|d| d.key.clone());
+            let loaded = self
+                .dense
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|d| d.key.clone());
             if sc.key == key && loaded.as_ref() == Some(&key) {
                 return Ok(());
             }
@@ -530,7 +627,9 @@ impl Index {
         let desired: HashSet<i64> = {
             let conn = self.db();
             let mut st = conn.prepare("SELECT c.id FROM chunks c JOIN vectors v ON v.text_hash=c.text_hash AND v.model_id=?1")?;
-            let ids = st.query_map([&key.model_id], |r| r.get(0))?.collect::<rusqlite::Result<HashSet<i64>>>()?;
+            let ids = st
+                .query_map([&key.model_id], |r| r.get(0))?
+                .collect::<rusqlite::Result<HashSet<i64>>>()?;
             ids
         };
         let mut guard = self.dense.write().unwrap_or_else(|e| e.into_inner());
@@ -570,7 +669,11 @@ impl Index {
         let basename = format!("hnsw-{}-{}", key.generation, key.vectors_generation);
         index.save(&self.dir, &basename)?;
         let old = self.read_sidecar();
-        let sc = DenseSidecar { key: key.clone(), dim: emb.dim(), basename: basename.clone() };
+        let sc = DenseSidecar {
+            key: key.clone(),
+            dim: emb.dim(),
+            basename: basename.clone(),
+        };
         let tmp = self.dir.join(format!("{SIDECAR}.tmp"));
         std::fs::write(&tmp, serde_json::to_vec(&sc)?)?;
         std::fs::rename(&tmp, self.dir.join(SIDECAR))?;
@@ -606,29 +709,63 @@ impl Index {
         r
     }
 
-    /// Ranked chunks for `query`. Hybrid fuses BM25 and dense with reciprocal rank fusion;
-    /// without an embedder it degrades to BM25.
+    /// Ranked chunks for `query`. Hybrid fuses BM25 and dense with the default fusion
+    /// (see [`DEFAULT_FUSION`]); without an embedder it degrades to BM25.
     pub fn search(&self, query: &str, k: usize, mode: SearchMode) -> Result<Vec<Hit>> {
-        let pool = k.max(50);
-        let use_dense = mode != SearchMode::Bm25 && self.embedder.is_some();
+        self.search_with(query, k, mode, DEFAULT_FUSION)
+    }
+
+    pub fn search_with(
+        &self,
+        query: &str,
+        k: usize,
+        mode: SearchMode,
+        fusion: Fusion,
+    ) -> Result<Vec<Hit>> {
         if mode == SearchMode::Dense && self.embedder.is_none() {
             bail!("dense search needs the embedding model (this index was opened without one)");
         }
-        let bm25 = if mode != SearchMode::Dense { self.bm25.search(query, pool)? } else { Vec::new() };
-        let dense = if use_dense { self.dense_search(query, pool)? } else { Vec::new() };
-        let fused: Vec<(i64, f32, Option<usize>, Option<usize>)> = match mode {
-            SearchMode::Bm25 => bm25.iter().enumerate().map(|(i, (id, s))| (*id, *s, Some(i + 1), None)).collect(),
-            SearchMode::Dense => dense.iter().enumerate().map(|(i, (id, s))| (*id, *s, None, Some(i + 1))).collect(),
-            SearchMode::Hybrid => rrf(&bm25, &dense, RRF_K).into_iter().map(|f| (f.id, f.score, f.bm25_rank, f.dense_rank)).collect(),
+        let (bm25, dense) = self.candidates(query, k.max(CANDIDATES), mode)?;
+        let fused: Vec<Fused> = match mode {
+            SearchMode::Bm25 => single(&bm25, true),
+            SearchMode::Dense => single(&dense, false),
+            SearchMode::Hybrid => fuse(&bm25, &dense, fusion),
         };
+        self.hits(&fused, k)
+    }
+
+    /// The two candidate lists (chunk id, score), best first, before fusion.
+    pub fn candidates(
+        &self,
+        query: &str,
+        pool: usize,
+        mode: SearchMode,
+    ) -> Result<(Vec<(i64, f32)>, Vec<(i64, f32)>)> {
+        let bm25 = if mode != SearchMode::Dense {
+            self.bm25.search(query, pool)?
+        } else {
+            Vec::new()
+        };
+        let dense = if mode != SearchMode::Bm25 {
+            self.dense_search(query, pool)?
+        } else {
+            Vec::new()
+        };
+        Ok((bm25, dense))
+    }
+
+    /// Resolve fused candidates to hits, skipping chunks gone from the store (derived
+    /// indexes may lag it), until `k` are found.
+    pub fn hits(&self, fused: &[Fused], k: usize) -> Result<Vec<Hit>> {
         let conn = self.db();
         let mut hits = Vec::with_capacity(k);
-        for (id, score, bm25_rank, dense_rank) in fused {
+        for f in fused {
             if hits.len() >= k {
                 break;
             }
-            // Derived indexes may lag the store; a chunk gone from the store is skipped.
-            let Some(c) = store::chunk_by_id(&conn, id)? else { continue };
+            let Some(c) = store::chunk_by_id(&conn, f.id)? else {
+                continue;
+            };
             hits.push(Hit {
                 chunk_id: c.id,
                 path: c.path,
@@ -636,20 +773,28 @@ impl Index {
                 page: c.page,
                 heading: c.heading,
                 text: c.text,
-                score,
-                bm25_rank,
-                dense_rank,
+                score: f.score,
+                bm25_rank: f.bm25_rank,
+                dense_rank: f.dense_rank,
             });
         }
         Ok(hits)
     }
 
     fn dense_search(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
-        let Some(emb) = &self.embedder else { return Ok(Vec::new()) };
+        let Some(emb) = &self.embedder else {
+            return Ok(Vec::new());
+        };
         self.refresh_dense();
         let guard = self.dense.read().unwrap_or_else(|e| e.into_inner());
-        let Some(d) = &*guard else { return Ok(Vec::new()) };
-        let q = emb.embed_batch(&[query])?.into_iter().next().context("embedder returned nothing")?;
+        let Some(d) = &*guard else {
+            return Ok(Vec::new());
+        };
+        let q = emb
+            .embed_batch(&[query])?
+            .into_iter()
+            .next()
+            .context("embedder returned nothing")?;
         Ok(d.index.search(&q, k))
     }
 
@@ -694,8 +839,31 @@ impl Index {
     }
 }
 
+/// Candidates taken from each list before fusion.
+pub const CANDIDATES: usize = 50;
+
+/// The fusion `search` uses for hybrid mode. Chosen by measurement (`rag bench retrieval`,
+/// BENCHMARKS.md): the equal-weight convex combination of min-max normalised scores beat
+/// reciprocal rank fusion (k=60) on recall@1, recall@5 and MRR.
+pub const DEFAULT_FUSION: Fusion = Fusion::Convex { alpha: 0.5 };
+
+fn single(list: &[(i64, f32)], is_bm25: bool) -> Vec<Fused> {
+    list.iter()
+        .enumerate()
+        .map(|(i, (id, s))| Fused {
+            id: *id,
+            score: *s,
+            bm25_rank: is_bm25.then_some(i + 1),
+            dense_rank: (!is_bm25).then_some(i + 1),
+        })
+        .collect()
+}
+
 fn bump_meta(tx: &rusqlite::Transaction, key: &str) -> Result<u64> {
-    let v = store::meta_get(tx, key)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1;
+    let v = store::meta_get(tx, key)?
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        + 1;
     store::meta_set(tx, key, &v.to_string())?;
     Ok(v)
 }

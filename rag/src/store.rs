@@ -113,7 +113,10 @@ pub fn open(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
     conn.busy_timeout(std::time::Duration::from_secs(30))?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-    anyhow::ensure!(mode.eq_ignore_ascii_case("wal"), "sqlite refused WAL mode ({mode})");
+    anyhow::ensure!(
+        mode.eq_ignore_ascii_case("wal"),
+        "sqlite refused WAL mode ({mode})"
+    );
     // NORMAL is durable against process crashes (kill -9) in WAL mode.
     conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")?;
     conn.execute_batch(SCHEMA).context("creating schema")?;
@@ -135,7 +138,9 @@ pub fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<()> {
 }
 
 pub fn generation(conn: &Connection) -> Result<u64> {
-    Ok(meta_get(conn, "generation")?.and_then(|v| v.parse().ok()).unwrap_or(0))
+    Ok(meta_get(conn, "generation")?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
 }
 
 /// Increment and return the generation; call inside the write transaction.
@@ -206,7 +211,9 @@ pub fn replace_doc(tx: &Transaction, doc: &NewDoc, gen: u64) -> Result<(Vec<i64>
             Vec::new()
         }
     };
-    let doc_id: i64 = tx.query_row("SELECT id FROM documents WHERE path=?1", [&doc.path], |r| r.get(0))?;
+    let doc_id: i64 = tx.query_row("SELECT id FROM documents WHERE path=?1", [&doc.path], |r| {
+        r.get(0)
+    })?;
     let mut added = Vec::with_capacity(doc.chunks.len());
     let mut st = tx.prepare_cached(
         "INSERT INTO chunks(doc_id,ord,text,heading,line_start,line_end,page,text_hash,generation) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
@@ -230,7 +237,9 @@ pub fn replace_doc(tx: &Transaction, doc: &NewDoc, gen: u64) -> Result<(Vec<i64>
 
 /// Delete a document (and its chunks). Returns the removed chunk ids.
 pub fn delete_doc(tx: &Transaction, path: &str) -> Result<Option<Vec<i64>>> {
-    let Some(old) = doc_state(tx, path)? else { return Ok(None) };
+    let Some(old) = doc_state(tx, path)? else {
+        return Ok(None);
+    };
     let ids = chunk_ids_of(tx, old.id)?;
     tx.execute("DELETE FROM chunks WHERE doc_id=?1", [old.id])?;
     tx.execute("DELETE FROM documents WHERE id=?1", [old.id])?;
@@ -276,7 +285,11 @@ pub fn count(conn: &Connection, sql: &str) -> Result<u64> {
 }
 
 /// Up to `limit` distinct chunk contents that have no vector for `model_id` yet.
-pub fn missing_vectors(conn: &Connection, model_id: &str, limit: usize) -> Result<Vec<(String, String)>> {
+pub fn missing_vectors(
+    conn: &Connection,
+    model_id: &str,
+    limit: usize,
+) -> Result<Vec<(String, String)>> {
     let mut st = conn.prepare_cached(
         "SELECT c.text_hash, c.heading, c.text FROM chunks c
          WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.text_hash=c.text_hash AND v.model_id=?1)
@@ -291,8 +304,14 @@ pub fn missing_vectors(conn: &Connection, model_id: &str, limit: usize) -> Resul
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub fn insert_vectors(tx: &Transaction, model_id: &str, items: &[(String, Vec<f32>)]) -> Result<()> {
-    let mut st = tx.prepare_cached("INSERT OR REPLACE INTO vectors(text_hash,model_id,vec) VALUES(?1,?2,?3)")?;
+pub fn insert_vectors(
+    tx: &Transaction,
+    model_id: &str,
+    items: &[(String, Vec<f32>)],
+) -> Result<()> {
+    let mut st = tx.prepare_cached(
+        "INSERT OR REPLACE INTO vectors(text_hash,model_id,vec) VALUES(?1,?2,?3)",
+    )?;
     for (h, v) in items {
         st.execute(params![h, model_id, vec_to_blob(v)])?;
     }
@@ -301,7 +320,10 @@ pub fn insert_vectors(tx: &Transaction, model_id: &str, items: &[(String, Vec<f3
 
 /// Drop vectors no chunk uses any more (and, given the current model, other models').
 pub fn gc_vectors(tx: &Transaction, model_id: Option<&str>) -> Result<usize> {
-    let orphans = tx.execute("DELETE FROM vectors WHERE text_hash NOT IN (SELECT text_hash FROM chunks)", [])?;
+    let orphans = tx.execute(
+        "DELETE FROM vectors WHERE text_hash NOT IN (SELECT text_hash FROM chunks)",
+        [],
+    )?;
     let other = match model_id {
         Some(m) => tx.execute("DELETE FROM vectors WHERE model_id<>?1", [m])?,
         None => 0,
@@ -310,7 +332,11 @@ pub fn gc_vectors(tx: &Transaction, model_id: Option<&str>) -> Result<usize> {
 }
 
 /// Visit (chunk id, vector) for every chunk that has a vector for `model_id`.
-pub fn for_each_vector(conn: &Connection, model_id: &str, f: &mut dyn FnMut(i64, Vec<f32>)) -> Result<()> {
+pub fn for_each_vector(
+    conn: &Connection,
+    model_id: &str,
+    f: &mut dyn FnMut(i64, Vec<f32>),
+) -> Result<()> {
     let mut st = conn.prepare(
         "SELECT c.id, v.vec FROM chunks c JOIN vectors v ON v.text_hash=c.text_hash AND v.model_id=?1 ORDER BY c.id",
     )?;
@@ -327,7 +353,9 @@ pub fn vec_to_blob(v: &[f32]) -> Vec<u8> {
 }
 
 pub fn blob_to_vec(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// A digest of the index content independent of ids and timing: every chunk's path,

@@ -13,7 +13,11 @@ pub struct HashEmbedder {
 
 impl HashEmbedder {
     pub fn new() -> Self {
-        HashEmbedder { dim: 128, calls: AtomicUsize::new(0), texts: AtomicUsize::new(0) }
+        HashEmbedder {
+            dim: 128,
+            calls: AtomicUsize::new(0),
+            texts: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -55,13 +59,21 @@ pub fn write_corpus(dir: &Path) {
         "# Setup\n\nInstall the otter daemon first.\n\n## Ports\n\nThe otter daemon listens on port 7311 by default.\n\n## Logs\n\nLogs are written to /var/log/otter.log and rotated weekly.\n",
     )
     .unwrap();
-    std::fs::write(dir.join("notes.txt"), "Beavers build dams from branches and mud.\nThey are most active at night.\n").unwrap();
+    std::fs::write(
+        dir.join("notes.txt"),
+        "Beavers build dams from branches and mud.\nThey are most active at night.\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.join("page.html"),
         "<html><body><h1>Kayak rental</h1><p>Kayaks cost 12 euros per hour.</p><h2>Opening hours</h2><p>The boathouse opens at 9am.</p></body></html>",
     )
     .unwrap();
-    std::fs::write(dir.join("main.rs"), "fn frobnicate(x: u32) -> u32 {\n    x * 42\n}\n").unwrap();
+    std::fs::write(
+        dir.join("main.rs"),
+        "fn frobnicate(x: u32) -> u32 {\n    x * 42\n}\n",
+    )
+    .unwrap();
     std::fs::write(dir.join("image.png"), [0x89u8, b'P', b'N', b'G', 0, 0, 0]).unwrap();
     std::fs::write(dir.join("blob.dat2"), [1u8, 0, 2, 0, 3, 0, 4]).unwrap();
 }

@@ -20,7 +20,13 @@ fn indexes_searches_and_cites_locations() {
     let idx_dir = tempfile::tempdir().unwrap();
     write_corpus(corpus.path());
     let idx = Index::open(idx_dir.path(), None).unwrap();
-    let s = idx.add_paths(&[corpus.path().to_path_buf()], &IndexOptions::default(), &no_progress).unwrap();
+    let s = idx
+        .add_paths(
+            &[corpus.path().to_path_buf()],
+            &IndexOptions::default(),
+            &no_progress,
+        )
+        .unwrap();
     assert_eq!(s.files_seen, 6);
     assert_eq!(s.files_indexed, 4);
     assert_eq!(s.skipped.get("unsupported"), Some(&1));
@@ -30,7 +36,13 @@ fn indexes_searches_and_cites_locations() {
     assert_eq!(stats.chunks, s.chunks_total);
     assert_eq!(stats.bm25_docs, stats.chunks);
 
-    let hits = idx.search("which port does the otter daemon listen on", 3, SearchMode::Bm25).unwrap();
+    let hits = idx
+        .search(
+            "which port does the otter daemon listen on",
+            3,
+            SearchMode::Bm25,
+        )
+        .unwrap();
     let top = &hits[0];
     assert!(top.path.ends_with("guide/setup.md"), "{top:?}");
     assert!(top.text.contains("7311"));
@@ -38,16 +50,26 @@ fn indexes_searches_and_cites_locations() {
     assert_eq!(top.lines, Some((5, 7)));
     assert_eq!(top.bm25_rank, Some(1));
 
-    let hits = idx.search("boathouse opening", 1, SearchMode::Bm25).unwrap();
+    let hits = idx
+        .search("boathouse opening", 1, SearchMode::Bm25)
+        .unwrap();
     assert!(hits[0].path.ends_with("page.html"));
-    assert_eq!(hits[0].heading.as_deref(), Some("Kayak rental > Opening hours"));
+    assert_eq!(
+        hits[0].heading.as_deref(),
+        Some("Kayak rental > Opening hours")
+    );
     assert_eq!(hits[0].lines, None);
     // Query syntax characters are plain text, not errors.
-    assert!(idx.search("port:(7311) AND \"otter", 3, SearchMode::Bm25).is_ok());
+    assert!(idx
+        .search("port:(7311) AND \"otter", 3, SearchMode::Bm25)
+        .is_ok());
     assert!(idx.search("", 3, SearchMode::Bm25).unwrap().is_empty());
     // Dense without a model is a clear error; hybrid degrades to BM25.
     assert!(idx.search("otter", 3, SearchMode::Dense).is_err());
-    assert_eq!(idx.search("otter port", 3, SearchMode::Hybrid).unwrap()[0].chunk_id, idx.search("otter port", 3, SearchMode::Bm25).unwrap()[0].chunk_id);
+    assert_eq!(
+        idx.search("otter port", 3, SearchMode::Hybrid).unwrap()[0].chunk_id,
+        idx.search("otter port", 3, SearchMode::Bm25).unwrap()[0].chunk_id
+    );
     let c = idx.chunk(top.chunk_id).unwrap().unwrap();
     assert_eq!(c.text, top.text);
     let mut n = 0;
@@ -81,14 +103,24 @@ fn incremental_runs_touch_only_what_changed() {
     assert_eq!(idx.fingerprint().unwrap(), fp1);
 
     // One file edited: only its new content is embedded.
-    std::fs::write(corpus.path().join("notes.txt"), "Beavers build dams from branches and mud.\nOtters prefer fish.\n").unwrap();
+    std::fs::write(
+        corpus.path().join("notes.txt"),
+        "Beavers build dams from branches and mud.\nOtters prefer fish.\n",
+    )
+    .unwrap();
     let third = idx.add_paths(&roots, &opts, &no_progress).unwrap();
     assert_eq!(third.files_indexed, 1);
     assert_eq!(third.chunks_added, 1);
     assert_eq!(third.chunks_removed, 1);
     assert_eq!(third.chunks_embedded, 1);
-    assert!(idx.search("night", 5, SearchMode::Bm25).unwrap().iter().all(|h| !h.text.contains("night")));
-    let hits = idx.search("Otters prefer fish.", 1, SearchMode::Dense).unwrap();
+    assert!(idx
+        .search("night", 5, SearchMode::Bm25)
+        .unwrap()
+        .iter()
+        .all(|h| !h.text.contains("night")));
+    let hits = idx
+        .search("Otters prefer fish.", 1, SearchMode::Dense)
+        .unwrap();
     assert!(hits[0].path.ends_with("notes.txt"));
 
     // Touching a file without changing it costs a hash, not a re-index.
@@ -104,7 +136,11 @@ fn incremental_runs_touch_only_what_changed() {
     let fifth = idx.add_paths(&roots, &opts, &no_progress).unwrap();
     assert_eq!(fifth.files_removed, 1);
     for mode in [SearchMode::Bm25, SearchMode::Dense, SearchMode::Hybrid] {
-        assert!(idx.search("kayak rental boathouse", 10, mode).unwrap().iter().all(|h| !h.path.ends_with("page.html")));
+        assert!(idx
+            .search("kayak rental boathouse", 10, mode)
+            .unwrap()
+            .iter()
+            .all(|h| !h.path.ends_with("page.html")));
     }
     let st = idx.stats();
     assert_eq!(st.bm25_docs, st.chunks);
@@ -123,8 +159,19 @@ fn dense_and_hybrid_rank_with_locations() {
     let idx_dir = tempfile::tempdir().unwrap();
     write_corpus(corpus.path());
     let idx = Index::open(idx_dir.path(), Some(Arc::new(HashEmbedder::new()))).unwrap();
-    idx.add_paths(&[corpus.path().to_path_buf()], &IndexOptions::default(), &no_progress).unwrap();
-    let hits = idx.search("Beavers build dams from branches and mud.", 3, SearchMode::Dense).unwrap();
+    idx.add_paths(
+        &[corpus.path().to_path_buf()],
+        &IndexOptions::default(),
+        &no_progress,
+    )
+    .unwrap();
+    let hits = idx
+        .search(
+            "Beavers build dams from branches and mud.",
+            3,
+            SearchMode::Dense,
+        )
+        .unwrap();
     assert!(hits[0].path.ends_with("notes.txt"));
     assert_eq!(hits[0].dense_rank, Some(1));
     assert!(hits[0].score > 0.5 && hits[0].score <= 1.0001);
@@ -140,7 +187,11 @@ fn dense_and_hybrid_rank_with_locations() {
     let idx = Index::open(idx_dir.path(), Some(emb.clone())).unwrap();
     assert_eq!(emb.texts.load(Ordering::SeqCst), 0);
     assert_eq!(idx.stats().dense_vectors, idx.stats().chunks);
-    assert!(idx.search("kayak euros per hour", 1, SearchMode::Dense).unwrap()[0].path.ends_with("page.html"));
+    assert!(idx
+        .search("kayak euros per hour", 1, SearchMode::Dense)
+        .unwrap()[0]
+        .path
+        .ends_with("page.html"));
 }
 
 #[test]
@@ -151,7 +202,8 @@ fn derived_indexes_are_rebuilt_from_the_store() {
     let roots = [corpus.path().to_path_buf()];
     let fp = {
         let idx = Index::open(idx_dir.path(), Some(Arc::new(HashEmbedder::new()))).unwrap();
-        idx.add_paths(&roots, &IndexOptions::default(), &no_progress).unwrap();
+        idx.add_paths(&roots, &IndexOptions::default(), &no_progress)
+            .unwrap();
         idx.fingerprint().unwrap()
     };
     // Lose both derived indexes, as if a crash hit right after the store commit.
@@ -160,12 +212,16 @@ fn derived_indexes_are_rebuilt_from_the_store() {
     let idx = Index::open(idx_dir.path(), Some(Arc::new(HashEmbedder::new()))).unwrap();
     // A reader rebuilds the graph in memory; BM25 waits for the next writer.
     assert_eq!(idx.stats().dense_vectors, idx.stats().chunks);
-    let s = idx.add_paths(&roots, &IndexOptions::default(), &no_progress).unwrap();
+    let s = idx
+        .add_paths(&roots, &IndexOptions::default(), &no_progress)
+        .unwrap();
     assert_eq!(s.chunks_added, 0);
     assert_eq!(idx.fingerprint().unwrap(), fp);
     let st = idx.stats();
     assert_eq!(st.bm25_docs, st.chunks);
-    assert!(idx.search("otter port", 1, SearchMode::Bm25).unwrap()[0].text.contains("7311"));
+    assert!(idx.search("otter port", 1, SearchMode::Bm25).unwrap()[0]
+        .text
+        .contains("7311"));
     assert!(idx_dir.path().join("dense.json").exists());
 }
 
@@ -176,37 +232,64 @@ fn remove_path_and_reader_during_write() {
     write_corpus(corpus.path());
     let roots = vec![corpus.path().to_path_buf()];
     let writer = Arc::new(Index::open(idx_dir.path(), None).unwrap());
-    writer.add_paths(&roots, &IndexOptions::default(), &no_progress).unwrap();
+    writer
+        .add_paths(&roots, &IndexOptions::default(), &no_progress)
+        .unwrap();
     // Add many files while a second handle (as another process would) keeps searching.
     for i in 0..200 {
-        std::fs::write(corpus.path().join(format!("extra{i}.txt")), format!("filler document number {i} about herons\n")).unwrap();
+        std::fs::write(
+            corpus.path().join(format!("extra{i}.txt")),
+            format!("filler document number {i} about herons\n"),
+        )
+        .unwrap();
     }
     let reader = Index::open(idx_dir.path(), None).unwrap();
     let w = writer.clone();
     let r2 = roots.clone();
-    let opts = IndexOptions { commit_every_chunks: 10, ..Default::default() };
+    let opts = IndexOptions {
+        commit_every_chunks: 10,
+        ..Default::default()
+    };
     let t = std::thread::spawn(move || w.add_paths(&r2, &opts, &no_progress).unwrap());
     let mut searches = 0;
     while !t.is_finished() {
-        let hits = reader.search("otter daemon port", 1, SearchMode::Bm25).unwrap();
+        let hits = reader
+            .search("otter daemon port", 1, SearchMode::Bm25)
+            .unwrap();
         assert!(hits[0].text.contains("7311"));
         searches += 1;
     }
     let s = t.join().unwrap();
     assert_eq!(s.files_indexed, 200);
     assert!(searches > 0);
-    assert_eq!(reader.search("herons", 500, SearchMode::Bm25).unwrap().len(), 200);
+    assert_eq!(
+        reader
+            .search("herons", 500, SearchMode::Bm25)
+            .unwrap()
+            .len(),
+        200
+    );
     // A second writer cannot run at the same time.
     let _ = writer;
     let removed = reader.remove_path(&corpus.path().join("guide")).unwrap();
     assert_eq!(removed, 1);
-    assert!(reader.search("otter daemon port", 5, SearchMode::Bm25).unwrap().iter().all(|h| !h.path.contains("guide")));
+    assert!(reader
+        .search("otter daemon port", 5, SearchMode::Bm25)
+        .unwrap()
+        .iter()
+        .all(|h| !h.path.contains("guide")));
 }
 
 #[test]
 fn missing_root_is_a_clear_error() {
     let idx_dir = tempfile::tempdir().unwrap();
     let idx = Index::open(idx_dir.path(), None).unwrap();
-    let err = idx.add_paths(&[idx_dir.path().join("nope")], &IndexOptions::default(), &no_progress).unwrap_err();
+    let err = idx
+        .add_paths(
+            &[idx_dir.path().join("nope")],
+            &IndexOptions::default(),
+            &no_progress,
+        )
+        .unwrap_err();
     assert!(format!("{err:#}").contains("no such file"));
 }

@@ -50,13 +50,13 @@ pub fn roff_sections(text: &str) -> Vec<Section> {
                     cur.lines.push(Line { number, text: name });
                 }
                 "B" | "I" | "SM" | "SB" | "IP" | "TP" | "TQ" | "Nm" | "Fl" | "Ar" | "Nd" | "Pa"
-                | "Xr" => {
-                    if !args.is_empty() {
-                        cur.lines.push(Line {
-                            number,
-                            text: clean(&args),
-                        });
-                    }
+                | "Xr"
+                    if !args.is_empty() =>
+                {
+                    cur.lines.push(Line {
+                        number,
+                        text: clean(&args),
+                    });
                 }
                 "BR" | "RB" | "IR" | "RI" | "BI" | "IB" => {
                     let joined: String = args
