@@ -7,7 +7,7 @@
 use crate::embed_api::Embedder;
 use crate::models::{cache_dir, DEFAULT_EMBEDDER};
 use anyhow::{anyhow, bail, Context, Result};
-use npu_runtime::bert::{BertModel, BertWorkspace};
+use npu_runtime::bert::{BertModel, BertWorkspace, WeightFormat};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tokenizers::{Tokenizer, TruncationParams};
@@ -18,6 +18,7 @@ pub const MAX_TOKENS: usize = 256;
 /// Padded tokens per encoder call: bounds the workspace (about 40 MB at 4096).
 const BATCH_TOKENS: usize = 4096;
 const MODEL_ID: &str = "all-MiniLM-L6-v2/mean/l2/max256";
+const MODEL_ID_Q8_0: &str = "all-MiniLM-L6-v2/mean/l2/max256/q8_0";
 const FILES: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
 
 /// all-MiniLM-L6-v2 on the runtime's BERT encoder.
@@ -26,6 +27,7 @@ pub struct MiniLmEmbedder {
     model: BertModel,
     /// Planned once; one embedding call at a time uses it (the encoder itself is threaded).
     workspace: Mutex<BertWorkspace>,
+    model_id: &'static str,
 }
 
 impl MiniLmEmbedder {
@@ -34,8 +36,16 @@ impl MiniLmEmbedder {
         cache_dir().join(DEFAULT_EMBEDDER)
     }
 
-    /// Loads `config.json`, `model.safetensors` and `tokenizer.json` from `dir`.
+    /// Loads `config.json`, `model.safetensors` and `tokenizer.json` from `dir` (f32 weights,
+    /// within 1e-6 of the reference implementation).
     pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_with(dir, WeightFormat::F32)
+    }
+
+    /// As [`MiniLmEmbedder::load`] with the dense layers in `format`. `Q8_0` is about 3.7x
+    /// faster on CPUs with int8 dot products and has a different [`Embedder::model_id`]
+    /// (cosine to the f32 vectors about 0.998).
+    pub fn load_with(dir: &Path, format: WeightFormat) -> Result<Self> {
         let missing: Vec<&str> = FILES
             .iter()
             .copied()
@@ -48,7 +58,7 @@ impl MiniLmEmbedder {
                 missing.join(", ")
             );
         }
-        let model = BertModel::load(dir)
+        let model = BertModel::load_as(dir, format)
             .with_context(|| format!("loading the embedding model from {}", dir.display()))?;
         let path = dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&path)
@@ -69,10 +79,15 @@ impl MiniLmEmbedder {
             );
         }
         let workspace = Mutex::new(model.workspace(BATCH_TOKENS / MAX_TOKENS, MAX_TOKENS));
+        let model_id = match format {
+            WeightFormat::F32 => MODEL_ID,
+            WeightFormat::Q8_0 => MODEL_ID_Q8_0,
+        };
         Ok(MiniLmEmbedder {
             tokenizer,
             model,
             workspace,
+            model_id,
         })
     }
 
@@ -97,7 +112,7 @@ impl Embedder for MiniLmEmbedder {
     }
 
     fn model_id(&self) -> &str {
-        MODEL_ID
+        self.model_id
     }
 
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
@@ -226,6 +241,19 @@ mod tests {
         // One at a time gives the same vectors as the padded, reordered batch.
         for (t, v) in texts.iter().zip(&got) {
             assert_eq!(&e.embed_batch(&[t]).unwrap()[0], v, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn q8_0_embedder_is_close_and_has_its_own_id() {
+        let Some(dir) = model_dir() else { return };
+        let e = MiniLmEmbedder::load_with(&dir, WeightFormat::Q8_0).unwrap();
+        assert_ne!(e.model_id(), MODEL_ID);
+        let cases = golden();
+        let texts: Vec<&str> = cases.iter().map(|c| c.text.as_str()).collect();
+        for (c, v) in cases.iter().zip(e.embed_batch(&texts).unwrap()) {
+            let (cos, _) = cosine_and_max_diff(&v, &c.embedding);
+            assert!(cos > 0.997, "{:?}: cos {cos}", c.text);
         }
     }
 

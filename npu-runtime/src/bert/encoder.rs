@@ -5,7 +5,7 @@ use super::linear::MR as ROW_ALIGN;
 use super::ops::{add_layer_norm, attend_row, gelu_in_place, mean_pool_normalize, KeysT};
 use super::parallel::for_row_chunks;
 use super::weights::{self, BertWeights};
-use super::{BertConfig, BertError};
+use super::{BertConfig, BertError, WeightFormat};
 use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use std::path::Path;
 
@@ -61,8 +61,14 @@ impl BertWorkspace {
 }
 
 impl BertModel {
-    /// Loads `config.json` and `model.safetensors` from `dir`.
+    /// Loads `config.json` and `model.safetensors` from `dir` with f32 weights.
     pub fn load(dir: &Path) -> Result<Self, BertError> {
+        Self::load_as(dir, WeightFormat::F32)
+    }
+
+    /// Loads `config.json` and `model.safetensors` from `dir`, storing the dense layers in
+    /// `format`.
+    pub fn load_as(dir: &Path, format: WeightFormat) -> Result<Self, BertError> {
         let read = |name: &str| {
             let path = dir.join(name);
             std::fs::read(&path).map_err(|source| BertError::Io { path, source })
@@ -70,13 +76,17 @@ impl BertModel {
         let config = read("config.json")?;
         let config = std::str::from_utf8(&config)
             .map_err(|_| BertError::Config("config.json is not UTF-8".into()))?;
-        Self::from_bytes(config, &read("model.safetensors")?)
+        Self::from_bytes(config, &read("model.safetensors")?, format)
     }
 
     /// Builds a model from `config.json` text and the bytes of a safetensors checkpoint.
-    pub fn from_bytes(config_json: &str, safetensors: &[u8]) -> Result<Self, BertError> {
+    pub fn from_bytes(
+        config_json: &str,
+        safetensors: &[u8],
+        format: WeightFormat,
+    ) -> Result<Self, BertError> {
         let cfg = BertConfig::from_json(config_json)?;
-        let w = weights::load(&cfg, safetensors)?;
+        let w = weights::load(&cfg, safetensors, format)?;
         let pool = ThreadPool::with_available_parallelism();
         Ok(BertModel { cfg, w, pool })
     }

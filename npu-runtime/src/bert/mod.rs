@@ -18,7 +18,7 @@ mod weights;
 
 pub use config::BertConfig;
 pub use encoder::{BertModel, BertWorkspace};
-pub use linear::PackedLinear;
+pub use linear::{PackedLinear, WeightFormat};
 pub use ops::{erf_approx, exp_approx};
 
 /// Why a BERT model could not be loaded or run.

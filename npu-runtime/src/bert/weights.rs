@@ -1,7 +1,7 @@
 //! Reads a BERT checkpoint (`model.safetensors`) into f32 buffers, checking every tensor's
 //! presence, type and shape against the config before anything is sized from it.
 
-use super::{linear::Linear, BertConfig, BertError};
+use super::{linear::Linear, BertConfig, BertError, WeightFormat};
 use safetensors::{Dtype, SafeTensors};
 
 pub(crate) struct LayerWeights {
@@ -25,6 +25,7 @@ pub(crate) struct BertWeights {
 struct Reader<'a> {
     st: SafeTensors<'a>,
     prefix: &'static str,
+    format: WeightFormat,
 }
 
 impl Reader<'_> {
@@ -71,7 +72,7 @@ impl Reader<'_> {
     fn linear(&self, name: &str, n: usize, k: usize) -> Result<Linear, BertError> {
         let w = self.get(&format!("{name}.weight"), &[n, k])?;
         let b = self.get(&format!("{name}.bias"), &[n])?;
-        Ok(Linear::new(&w, &b, n, k))
+        Ok(Linear::new(&w, &b, n, k, self.format))
     }
 
     fn norm(&self, name: &str, n: usize) -> Result<(Vec<f32>, Vec<f32>), BertError> {
@@ -82,7 +83,11 @@ impl Reader<'_> {
     }
 }
 
-pub(crate) fn load(cfg: &BertConfig, bytes: &[u8]) -> Result<BertWeights, BertError> {
+pub(crate) fn load(
+    cfg: &BertConfig,
+    bytes: &[u8],
+    format: WeightFormat,
+) -> Result<BertWeights, BertError> {
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| BertError::Weights(format!("not a valid safetensors file: {e}")))?;
     // Task heads (BertForMaskedLM, ...) nest the encoder under "bert.".
@@ -91,7 +96,7 @@ pub(crate) fn load(cfg: &BertConfig, bytes: &[u8]) -> Result<BertWeights, BertEr
     } else {
         ""
     };
-    let r = Reader { st, prefix };
+    let r = Reader { st, prefix, format };
     let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
     let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
     for l in 0..cfg.num_hidden_layers {
@@ -103,7 +108,7 @@ pub(crate) fn load(cfg: &BertConfig, bytes: &[u8]) -> Result<BertWeights, BertEr
             b.extend(r.get(&format!("{p}attention.self.{part}.bias"), &[h])?);
         }
         layers.push(LayerWeights {
-            qkv: Linear::new(&w, &b, 3 * h, h),
+            qkv: Linear::new(&w, &b, 3 * h, h, r.format),
             attn_out: r.linear(&format!("{p}attention.output.dense"), h, h)?,
             attn_ln: r.norm(&format!("{p}attention.output.LayerNorm"), h)?,
             intermediate: r.linear(&format!("{p}intermediate.dense"), i, h)?,
