@@ -27,20 +27,22 @@ pub struct WarmupConfig {
     pub switch_needed: bool,
 }
 
+/// Milliseconds, rounded to the microsecond (finer digits are noise and bloat the file).
 fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
     let t = Instant::now();
     f()?;
-    Ok(t.elapsed().as_secs_f64() * 1e3)
+    Ok((t.elapsed().as_secs_f64() * 1e6).round() / 1e3)
 }
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    if n % 2 == 1 {
+    let m = if n % 2 == 1 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    };
+    (m * 1e3).round() / 1e3
 }
 
 /// Profiles `exec` (all blocks must be on G1 on entry; they are on G1 again on return).
