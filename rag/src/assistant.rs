@@ -23,12 +23,12 @@ use crate::index::{Hit, Index, IndexOptions, IndexProgress, IndexSummary, Search
 use crate::models;
 use crate::prompt::{self, PromptSource};
 use anyhow::{anyhow, Context, Result};
-use graphs::chat::{ChatMessage, ChatTemplate};
-use graphs::gguf::GgufFile;
+use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
 use serde::Serialize;
 use specdec::generate::{GenConfig, Generator};
+use specdec::CostCurve;
 use specdec::{Mode, TokenDb};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -171,8 +171,7 @@ pub enum AskEvent {
 
 /// The generation side, loaded on first use so retrieval-only callers never pay for it.
 struct Llm {
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
+    model: Arc<Model>,
     state: Mutex<GenState>,
     name: String,
 }
@@ -184,6 +183,8 @@ struct GenState {
     generator: Generator,
     db: TokenDb,
     db_path: PathBuf,
+    /// Where the measured verify-cost curve is cached (per model, thread count, CPU).
+    curve_path: PathBuf,
 }
 
 pub struct Assistant {
@@ -254,13 +255,15 @@ impl Assistant {
         let sources: Vec<PromptSource> = hits
             .iter()
             .map(|h| PromptSource {
-                label: location(&h.path, h.lines, h.page),
+                // The model sees the file name only: full paths are noise it tends to copy.
+                label: location(file_name(&h.path), h.lines, h.page),
                 heading: h.heading.clone(),
                 text: h.text.clone(),
             })
             .collect();
         let count = |s: &str| {
-            llm.tokenizer
+            llm.model
+                .tokenizer()
                 .encode(s, false)
                 .map(|t| t.len())
                 .unwrap_or(s.len())
@@ -325,7 +328,10 @@ impl Assistant {
     /// The chat-formatted token ids of `messages` for this assistant's model.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
         let llm = self.llm()?;
-        Ok(llm.template.encode_chat(&llm.tokenizer, messages, true)?)
+        Ok(llm
+            .model
+            .chat_template()
+            .encode_chat(llm.model.tokenizer(), messages, true)?)
     }
 
     /// Name or path of the generation model.
@@ -351,19 +357,15 @@ impl Assistant {
 
     fn load_llm(&self) -> Result<Llm> {
         let path = models::ensure(&self.opts.model)?;
-        let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let template = ChatTemplate::from_gguf(&gguf);
-        if let Some(w) = template.warning() {
-            tracing::warn!("{w}");
-        }
-        drop(gguf);
         let model = Model::load(
             &path,
             &LoadOptions {
                 threads: self.opts.threads,
             },
         )?;
+        if let Some(w) = model.chat_template().warning() {
+            tracing::warn!("{w}");
+        }
         let session = Session::new(
             Arc::clone(&model),
             SessionOptions {
@@ -377,18 +379,23 @@ impl Assistant {
             .unwrap_or("model")
             .to_owned();
         let db_path = self.opts.index_dir.join(format!("tokendb-{stem}.bin"));
-        let db = self.load_token_db(&db_path, &tokenizer)?;
+        let db = self.load_token_db(&db_path, model.tokenizer())?;
         let sam = Arc::new(db.build_index());
-        let generator = Generator::new(self.opts.spec, Some(sam), GenConfig::default());
+        let curve_path = cost_curve_path(&path, model.threads());
+        let cfg = GenConfig {
+            cost_curve: CostCurve::load(&curve_path).ok(),
+            ..GenConfig::default()
+        };
+        let generator = Generator::new(self.opts.spec, Some(sam), cfg);
         Ok(Llm {
-            tokenizer,
-            template,
+            model,
             state: Mutex::new(GenState {
                 session,
                 committed: Vec::new(),
                 generator,
                 db,
                 db_path,
+                curve_path,
             }),
             name: stem,
         })
@@ -428,7 +435,10 @@ impl Assistant {
         started: Instant,
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Answer> {
-        let prompt = llm.template.encode_chat(&llm.tokenizer, messages, true)?;
+        let prompt =
+            llm.model
+                .chat_template()
+                .encode_chat(llm.model.tokenizer(), messages, true)?;
         let mut guard = llm
             .state
             .lock()
@@ -458,7 +468,7 @@ impl Assistant {
         let mut first_token_ms = 0.0;
         let stopped = Cell::new(false);
         let cancel = opts.cancel.clone();
-        let tokenizer = &llm.tokenizer;
+        let tokenizer = llm.model.tokenizer();
         let mut on_token = |id: u32| {
             if stopped.get() {
                 return;
@@ -505,6 +515,18 @@ impl Assistant {
         st.session
             .truncate(st.committed.len().min(st.session.n_past()))?;
         st.committed.truncate(st.session.n_past());
+
+        // The first generation profiles the verify-cost curve; keep it for the next run.
+        if !st.curve_path.exists() {
+            if let Some(curve) = st.generator.cost_curve() {
+                if let Some(dir) = st.curve_path.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                if let Err(e) = curve.save(&st.curve_path) {
+                    tracing::warn!("could not cache the verify-cost curve: {e}");
+                }
+            }
+        }
 
         // Grow the drafting database with the finished interaction.
         let question_tokens = &prompt[common..];
@@ -579,6 +601,42 @@ impl Utf8Stream {
         self.pending.clear();
         s
     }
+}
+
+/// `~/.cache/rag/profiles/verify-<model>-<size>-t<threads>-<cpu hash>.json`: the curve
+/// depends on the model file, the thread count and the CPU, nothing else.
+fn cost_curve_path(model: &Path, threads: usize) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("model");
+    let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let cpu_hash = cpu.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    models::cache_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(models::cache_dir)
+        .join("profiles")
+        .join(format!(
+            "verify-{stem}-{size}-t{threads}-{cpu_hash:016x}.json"
+        ))
+}
+
+fn file_name(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(path)
 }
 
 fn stopped_flag(cancel: &Option<CancelToken>) -> bool {

