@@ -134,10 +134,17 @@ impl Tokenizer {
             .collect();
         let mut merges = Vec::with_capacity(merges_raw.len());
         for (index, m) in merges_raw.iter().enumerate() {
-            let (a, b) = m.split_once(' ').ok_or_else(|| TokenizerError::BadMerge {
-                index,
-                merge: m.to_string(),
-            })?;
+            // like llama.cpp, the separator is the first space after position 0
+            let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ');
+            let (a, b) = match split {
+                Some((at, _)) => (&m[..at], &m[at + 1..]),
+                None => {
+                    return Err(TokenizerError::BadMerge {
+                        index,
+                        merge: m.to_string(),
+                    })
+                }
+            };
             if !vocab.contains_key(a) || !vocab.contains_key(b) {
                 return Err(TokenizerError::BadMerge {
                     index,

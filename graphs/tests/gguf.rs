@@ -107,6 +107,10 @@ fn open_from_disk_and_version_2() {
     let f = GgufFile::open(&p).unwrap();
     assert_eq!(f.version(), 2);
     assert_eq!(f.tensors().len(), 3);
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    let err = GgufFile::open(&empty).unwrap_err();
+    assert!(err.to_string().contains("truncated at offset 0"), "{err}");
     let err = GgufFile::open(&dir.path().join("missing.gguf")).unwrap_err();
     assert!(err.to_string().contains("missing.gguf"), "{err}");
 }
