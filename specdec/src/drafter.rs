@@ -280,7 +280,7 @@ impl Drafter for SamDrafter {
                             let mut acc = [0f32; 64];
                             let mut s = cb;
                             for (d, &p) in probs.iter().enumerate().take(64) {
-                                s *= p.sqrt() * 0.97;
+                                s *= p * 0.97;
                                 acc[d] = s;
                             }
                             tree.insert(toks, |d| acc[d.min(63)], SRC_CALIB);
