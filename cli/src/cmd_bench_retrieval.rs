@@ -170,6 +170,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
     let index = Index::open(&tmp.dir, embedder)?;
     let (summary, _, _) = timed_index(&index, &a.corpus)?;
     eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
+    let stats = index.stats();
 
     // Quality: candidates once per question, then every ranking method on the same lists.
     let mut methods: Vec<(String, Option<Fusion>)> = vec![("bm25".into(), None)];
@@ -249,9 +250,9 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         body,
         "Corpus: {} ({} files indexed, {} skipped, {} chunks of <=200 estimated tokens, overlap 40). Questions: {} ({}), written for this corpus; a hit counts when its file matches the label and its text contains the labelled snippet. Candidates: top {CANDIDATES} of each list. Embedder: {}.\n",
         corpus.join(", "),
-        summary.files_indexed + summary.files_unchanged,
-        summary.skipped_total(),
-        summary.chunks_total,
+        stats.documents,
+        stats.skipped_documents,
+        stats.chunks,
         questions.len(),
         a.questions.display(),
         if dense { "all-MiniLM-L6-v2 on our runtime (f32, CPU)" } else { "none (--no-dense)" }

@@ -556,6 +556,12 @@ impl Index {
             )? as u64
         };
         let mut done = 0u64;
+        progress(IndexProgress {
+            phase: Phase::Embed,
+            done,
+            total,
+            current: None,
+        });
         let batch = opts.embed_batch.max(1);
         loop {
             let todo = store::missing_vectors(&self.db(), &model, batch * 8)?;
