@@ -3,6 +3,7 @@
 
 mod bench_report;
 mod cmd_ask;
+mod cmd_bench_answers;
 mod cmd_bench_model;
 mod cmd_bench_prefill;
 mod cmd_bench_retrieval;
@@ -15,7 +16,11 @@ mod cmd_search;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "rag", version, about = "Private answers from your own documents, on your own device")]
+#[command(
+    name = "rag",
+    version,
+    about = "Private answers from your own documents, on your own device"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -49,6 +54,8 @@ enum BenchCmd {
     Prefill(cmd_bench_prefill::Args),
     /// Retrieval quality (recall@k, MRR) and latency.
     Retrieval(cmd_bench_retrieval::Args),
+    /// End-to-end answer quality per model on the sample corpus.
+    Answers(cmd_bench_answers::Args),
 }
 
 fn main() {
@@ -69,6 +76,7 @@ fn main() {
         Cmd::Bench(BenchCmd::Specdec(a)) => cmd_bench_specdec::run(a),
         Cmd::Bench(BenchCmd::Prefill(a)) => cmd_bench_prefill::run(a),
         Cmd::Bench(BenchCmd::Retrieval(a)) => cmd_bench_retrieval::run(a),
+        Cmd::Bench(BenchCmd::Answers(a)) => cmd_bench_answers::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,0 +1,192 @@
+//! `rag bench answers`: end-to-end answer quality and latency of `rag ask` per model on a
+//! question set with expected facts (how the default model is chosen).
+//!
+//! A question counts as answered when, for every expected fact, at least one of its
+//! accepted spellings appears in the answer (case-insensitive). Crude but honest: it checks
+//! the fact is there, not the prose around it.
+
+use crate::bench_report;
+use anyhow::{Context, Result};
+use rag::assistant::{AskOptions, Assistant, AssistantOptions};
+use rag::IndexOptions;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value = "examples/sample-corpus")]
+    pub corpus: PathBuf,
+    #[arg(long, default_value = "bench/answers/questions.jsonl")]
+    pub questions: PathBuf,
+    /// Comma-separated model names or GGUF paths.
+    #[arg(long, default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
+    pub models: String,
+    #[arg(long, default_value_t = 96)]
+    pub max_tokens: usize,
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print every answer.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Do not touch BENCHMARKS.md.
+    #[arg(long)]
+    pub no_write: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct Question {
+    id: String,
+    question: String,
+    /// Facts; each fact is a list of accepted spellings.
+    expect: Vec<Vec<String>>,
+}
+
+#[derive(serde::Serialize)]
+struct ModelResult {
+    model: String,
+    correct: usize,
+    questions: usize,
+    ttft_ms_median: f64,
+    decode_tok_s_median: f64,
+    failed: Vec<String>,
+}
+
+/// A scratch index directory removed when the benchmark ends, whatever happens.
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn is_correct(answer: &str, expect: &[Vec<String>]) -> bool {
+    let a = answer.to_lowercase();
+    expect
+        .iter()
+        .all(|alts| alts.iter().any(|s| a.contains(&s.to_lowercase())))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let text = std::fs::read_to_string(&a.questions)
+        .with_context(|| format!("reading {}", a.questions.display()))?;
+    let questions: Vec<Question> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{}:{}", a.questions.display(), i + 1))
+        })
+        .collect::<Result<_>>()?;
+    let index_dir =
+        ScratchDir(std::env::temp_dir().join(format!("rag-bench-answers-{}", std::process::id())));
+    let mut results = Vec::new();
+    for (mi, model) in a
+        .models
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .enumerate()
+    {
+        let mut opts = AssistantOptions::new(&index_dir.0);
+        opts.model = model.to_owned();
+        opts.threads = a.threads;
+        let assistant = Assistant::open(opts)?;
+        if mi == 0 {
+            assistant.add_paths(&[a.corpus.clone()], &IndexOptions::default(), &|_| {})?;
+        }
+        let ask = AskOptions {
+            max_tokens: a.max_tokens,
+            ..AskOptions::default()
+        };
+        let (mut correct, mut ttft, mut tok_s, mut failed) =
+            (0, Vec::new(), Vec::new(), Vec::new());
+        for q in &questions {
+            let t = Instant::now();
+            let answer = assistant.ask(&q.question, &ask, &mut |_| true)?;
+            let ok = is_correct(&answer.answer, &q.expect);
+            if a.verbose {
+                eprintln!(
+                    "[{model}] {} {}: {}",
+                    if ok { "OK " } else { "BAD" },
+                    q.id,
+                    answer.answer.replace('\n', " ")
+                );
+            }
+            correct += usize::from(ok);
+            if !ok {
+                failed.push(q.id.clone());
+            }
+            ttft.push(
+                answer
+                    .timings
+                    .first_token_ms
+                    .min(t.elapsed().as_secs_f64() * 1e3),
+            );
+            tok_s.push(answer.timings.decode_tok_s);
+        }
+        results.push(ModelResult {
+            model: model.to_owned(),
+            correct,
+            questions: questions.len(),
+            ttft_ms_median: median(ttft),
+            decode_tok_s_median: median(tok_s),
+            failed,
+        });
+    }
+    let mut table = String::from(
+        "Answer quality of `rag ask` on the bundled sample corpus (a question is correct when every expected fact appears in the answer; greedy decoding, default prompt and retrieval). TTFT includes retrieval and prefill; the first question also includes model loading.\n\n| model | correct | median TTFT ms | median decode tok/s | failed |\n|---|---|---|---|---|\n",
+    );
+    for r in &results {
+        writeln!(
+            table,
+            "| {} | {}/{} | {:.0} | {:.1} | {} |",
+            r.model,
+            r.correct,
+            r.questions,
+            r.ttft_ms_median,
+            r.decode_tok_s_median,
+            r.failed.join(", ")
+        )?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{table}");
+    }
+    if !a.no_write {
+        bench_report::write_section(
+            "answers",
+            "Answer quality on the sample corpus (default model choice)",
+            &table,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fact_needs_one_spelling() {
+        let expect = vec![
+            vec!["3 years".to_owned(), "three years".to_owned()],
+            vec!["PAIR".to_owned()],
+        ];
+        assert!(is_correct("Hold pair for Three Years", &expect));
+        assert!(!is_correct("three years", &expect));
+        assert!(!is_correct("pair", &expect));
+    }
+}
