@@ -4,7 +4,7 @@
 //! within the activation-quantization error bound on every ISA, with the same
 //! bits whether a token is alone or in a batch.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use graphs::gguf::GgufFile;
 use graphs::quant::GgmlType as G;
@@ -49,7 +49,7 @@ fn kernel_type(t: G) -> Option<GgmlType> {
     })
 }
 
-fn check_model(path: &PathBuf, expect: &[GgmlType]) {
+fn check_model(path: &Path, expect: &[GgmlType]) {
     let f = GgufFile::open(path).expect("open gguf");
     let pool = ThreadPool::new(2);
     let mut seen = Vec::new();

@@ -23,7 +23,7 @@ pub use ggml::GgmlType;
 pub use matmul::{matmul, matmul_reference, matmul_with_isa, MatmulScratch, QMatrix};
 pub use pool::ThreadPool;
 pub use simd::{detected, Isa};
-pub use vector::{axpy, dot_f32, softmax_inplace};
+pub use vector::{axpy, dot_f32, dot_f32_with_isa, softmax_inplace};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KernelError {

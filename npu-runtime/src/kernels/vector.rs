@@ -1,12 +1,39 @@
 //! Small f32 vector helpers with a fixed, documented reduction order, so a
 //! value never depends on batch size, thread count or ISA.
 
+use super::simd::{detected, Isa};
+
 /// Dot product. Canonical order: 16 partial sums, partial `l` accumulating
 /// elements `i ≡ l (mod 16)` of the full 16-chunks with fused multiply-add;
 /// then pairwise folding (l + 8, l + 4, l + 2, l + 1); then the tail elements
-/// fused in order.
+/// fused in order. Bit-identical on every ISA.
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    dot_f32_with_isa(detected(), a, b)
+}
+
+/// [`dot_f32`] compiled for a given ISA (portable if this CPU lacks it).
+pub fn dot_f32_with_isa(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot_f32: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && isa.is_supported() {
+        // SAFETY: the CPU supports AVX2 and FMA (every non-portable ISA implies them).
+        return unsafe { dot_fma(a, b) };
+    }
+    let _ = isa;
+    dot_body(a, b)
+}
+
+/// The same source compiled with FMA/AVX2 enabled: `mul_add` becomes `vfmadd`
+/// and the 16 lanes vectorise; Rust never reassociates float operations, so
+/// the result is the portable one.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot_fma(a: &[f32], b: &[f32]) -> f32 {
+    dot_body(a, b)
+}
+
+#[inline(always)]
+fn dot_body(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
     let ca = a.chunks_exact(16);
     let cb = b.chunks_exact(16);
@@ -33,6 +60,22 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// `y[i] += alpha * x[i]` (fused), element-wise, so order-free.
 pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "axpy: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if detected() != Isa::Portable {
+        // SAFETY: every non-portable ISA implies AVX2 and FMA support.
+        return unsafe { axpy_fma(alpha, x, y) };
+    }
+    axpy_body(alpha, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn axpy_fma(alpha: f32, x: &[f32], y: &mut [f32]) {
+    axpy_body(alpha, x, y)
+}
+
+#[inline(always)]
+fn axpy_body(alpha: f32, x: &[f32], y: &mut [f32]) {
     for (y, x) in y.iter_mut().zip(x) {
         *y = alpha.mul_add(*x, *y);
     }
@@ -66,6 +109,22 @@ mod tests {
             let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
             let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             assert!((dot_f32(&a, &b) as f64 - want).abs() < 1e-4, "n={n}");
+        }
+    }
+
+    #[test]
+    fn dot_is_bit_identical_across_isas() {
+        for n in [1usize, 16, 33, 64, 100, 896] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.731).sin() * 3.0).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.219).cos()).collect();
+            let want = dot_f32_with_isa(Isa::Portable, &a, &b);
+            for isa in Isa::available() {
+                assert_eq!(
+                    dot_f32_with_isa(isa, &a, &b).to_bits(),
+                    want.to_bits(),
+                    "{isa:?} n={n}"
+                );
+            }
         }
     }
 
