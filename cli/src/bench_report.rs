@@ -16,7 +16,9 @@ pub fn machine() -> String {
                 .map(|m| m.trim().to_owned())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     format!("{cpu}, {n} hardware threads")
 }
 

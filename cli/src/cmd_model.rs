@@ -37,7 +37,13 @@ pub fn run(cmd: ModelCmd) -> Result<()> {
                     models::DEFAULT_EMBEDDER => " (default embedder)",
                     _ => "",
                 };
-                println!("{:<22} {:<16} {}{}", m.name, state, m.path().display(), default);
+                println!(
+                    "{:<22} {:<16} {}{}",
+                    m.name,
+                    state,
+                    m.path().display(),
+                    default
+                );
             }
             Ok(())
         }
