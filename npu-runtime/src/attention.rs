@@ -130,6 +130,9 @@ impl AttnScratch {
     }
 }
 
+/// Executes `n` tasks, possibly in parallel (a thread pool's `parallel_for`).
+pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
+
 /// Attention for the first `mask.n_valid()` rows of `q` (`[T][n_head * head_dim]`, RoPE
 /// applied). `k`/`v` hold slots `[0, n_past + n_valid)` of one layer. Output rows go to
 /// `out` (f32 bits in atomics so tasks can write disjoint rows without `unsafe`).
@@ -144,7 +147,7 @@ pub fn attention(
     dims: AttnDims,
     scratch: &AttnScratch,
     out: &[AtomicU32],
-    run: &dyn Fn(usize, &(dyn Fn(usize) + Sync)),
+    run: &TaskRunner<'_>,
 ) {
     let AttnDims {
         n_head,

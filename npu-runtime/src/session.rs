@@ -16,16 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     /// Compute threads (caller included); 0 = all available cores.
     pub threads: usize,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions { threads: 0 }
-    }
 }
 
 /// A loaded model, shareable between sessions.
