@@ -96,20 +96,26 @@ mod tests {
 
     #[test]
     fn bad_parsers_become_skip_reasons() {
-        let limits = ParseLimits {
+        // Generous limit where the parser ends on its own: a loaded CI machine may take a
+        // while to even schedule the thread.
+        let patient = ParseLimits {
+            timeout: Duration::from_secs(60),
+            ..Default::default()
+        };
+        let impatient = ParseLimits {
             timeout: Duration::from_millis(200),
             ..Default::default()
         };
         assert_eq!(
-            run_isolated(DocKind::Text, vec![], &limits, panics),
+            run_isolated(DocKind::Text, vec![], &patient, panics),
             Err(SkipReason::Panic)
         );
         assert_eq!(
-            run_isolated(DocKind::Text, vec![], &limits, loops),
+            run_isolated(DocKind::Text, vec![], &impatient, loops),
             Err(SkipReason::Timeout)
         );
         assert_eq!(
-            run_isolated(DocKind::Text, vec![], &limits, fails),
+            run_isolated(DocKind::Text, vec![], &patient, fails),
             Err(SkipReason::ParseError)
         );
     }
