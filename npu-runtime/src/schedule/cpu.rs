@@ -53,7 +53,7 @@ impl CpuExecutor {
         g2: usize,
         kv_capacity: usize,
     ) -> Result<Self> {
-        if g2 == 0 || chunk == 0 || chunk % g2 != 0 {
+        if g2 == 0 || chunk == 0 || !chunk.is_multiple_of(g2) {
             return Err(ScheduleError::Profile(format!(
                 "chunk {chunk} must be a positive multiple of the G2 size {g2}"
             )));

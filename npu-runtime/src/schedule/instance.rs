@@ -120,7 +120,7 @@ impl Instance {
 
     pub fn validate(&self) -> Result<()> {
         let n = self.n_blocks;
-        let steps = n.checked_mul(self.n_chunks).unwrap_or(usize::MAX);
+        let steps = n.saturating_mul(self.n_chunks);
         let bad = |m: &str| Err(ScheduleError::Profile(m.to_string()));
         if n == 0 || self.n_chunks == 0 {
             return bad("instance needs at least one block and one chunk");

@@ -231,13 +231,12 @@ fn completed(inst: &Instance, loads: &[Load]) -> Plan {
     plan
 }
 
+/// A candidate switch: (sort key, block, release step).
+type Candidate = ((u64, usize, usize), usize, usize);
+
 /// One decision of the work-conserving rule: the candidate switches `(key, block,
 /// release)`, best first, or none when the rest can only switch after prefill.
-fn wc_candidates(
-    inst: &Instance,
-    loads: &[Load],
-    pos: usize,
-) -> Result<Vec<((u64, usize, usize), usize, usize)>> {
+fn wc_candidates(inst: &Instance, loads: &[Load], pos: usize) -> Result<Vec<Candidate>> {
     use super::sim::{EventKind, Unit};
     let n = inst.n_blocks;
     let steps = inst.n_steps();
@@ -264,8 +263,8 @@ fn wc_candidates(
         .unwrap_or(pos);
     let switched = completed(inst, loads).release_of(n);
     let mut out = Vec::new();
-    for j in 0..n {
-        if loads.iter().any(|l| l.block == j) || switched[j] == usize::MAX {
+    for (j, &rel) in switched.iter().enumerate() {
+        if loads.iter().any(|l| l.block == j) || rel == usize::MAX {
             continue;
         }
         // Queue now (at the step in flight), or -- if that step is j's own, or to leave the

@@ -143,7 +143,7 @@ impl Profile {
                 self.g2_tokens, self.chunk_tokens
             ));
         }
-        if self.chunk_tokens % self.g2_tokens != 0 {
+        if !self.chunk_tokens.is_multiple_of(self.g2_tokens) {
             return err(format!(
                 "chunk_tokens {} is not a multiple of g2_tokens {} (graph equivalence needs whole sub-chunks)",
                 self.chunk_tokens, self.g2_tokens

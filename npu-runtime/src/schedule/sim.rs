@@ -162,9 +162,8 @@ pub fn simulate(inst: &Instance, plan: &Plan) -> Result<SimResult> {
             break;
         }
         let b = inst.block_of(s);
-        let (start, form) = if release[b] > s {
-            (t, Form::G1)
-        } else if double && t < load_done[b] {
+        // G1 before the release; with double residency also while the load is in flight.
+        let (start, form) = if release[b] > s || (double && t < load_done[b]) {
             (t, Form::G1)
         } else {
             (t.max(load_done[b]), Form::G2)

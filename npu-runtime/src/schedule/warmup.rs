@@ -60,16 +60,16 @@ pub fn warmup_profile<E: ScheduleExecutor>(exec: &E, cfg: &WarmupConfig) -> Resu
     let mut decode = Vec::new();
     for _ in 0..cfg.reps {
         exec.begin_prefill()?;
-        for b in 0..n {
-            g1[b].push(timed(|| exec.compute(b, 0, Form::G1))?);
+        for (b, t) in g1.iter_mut().enumerate() {
+            t.push(timed(|| exec.compute(b, 0, Form::G1))?);
         }
         for b in 0..n {
             unload[b].push(timed(|| exec.unload(b, Form::G1))?);
             load[b].push(timed(|| exec.load(b, Form::G2))?);
         }
         exec.begin_prefill()?;
-        for b in 0..n {
-            g2[b].push(timed(|| exec.compute(b, 0, Form::G2))?);
+        for (b, t) in g2.iter_mut().enumerate() {
+            t.push(timed(|| exec.compute(b, 0, Form::G2))?);
         }
         decode.push(timed(|| exec.decode())?);
         for b in 0..n {
