@@ -252,7 +252,7 @@ fn remove_path_and_reader_during_write() {
     };
     let t = std::thread::spawn(move || w.add_paths(&r2, &opts, &no_progress).unwrap());
     let mut searches = 0;
-    while !t.is_finished() {
+    while searches == 0 || !t.is_finished() {
         let hits = reader
             .search("otter daemon port", 1, SearchMode::Bm25)
             .unwrap();
