@@ -472,3 +472,62 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
     );
     report(args, &profile, &inst, &results, Some(&note))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn sim_results(args: &Args) -> (Profile, Instance, Vec<(ScheduleKind, Outcome)>) {
+        let profile = Profile::paper_phone();
+        let inst =
+            Instance::from_profile(&profile, args.prompt_tokens, MemoryBudget::OneFormPerBlock)
+                .unwrap();
+        let results = ScheduleKind::ALL
+            .iter()
+            .map(|&k| {
+                let m = simulate(&inst, &k.plan(&inst).unwrap()).unwrap().metrics;
+                (k, Outcome::Ran(m, String::new()))
+            })
+            .collect();
+        (profile, inst, results)
+    }
+
+    #[test]
+    fn budgets_parse_or_fail_clearly() {
+        assert_eq!(
+            parse_budget("one-form").unwrap(),
+            MemoryBudget::OneFormPerBlock
+        );
+        assert_eq!(parse_budget("3G").unwrap(), MemoryBudget::Bytes(3 << 30));
+        assert_eq!(parse_budget("512").unwrap(), MemoryBudget::Bytes(512));
+        assert!(parse_budget("lots").is_err());
+        assert!(parse_budget("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn benchmarks_section_is_replaced_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("BENCHMARKS.md");
+        std::fs::write(&path, "# Benchmarks\n\nother section\n").unwrap();
+        let args = Wrap::parse_from(["x", "--prompt-tokens", "512"]).args;
+        let (profile, inst, results) = sim_results(&args);
+        write_section(&path, &args, &profile, &inst, &results, None).unwrap();
+        write_section(&path, &args, &profile, &inst, &results, Some("a note")).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("other section"));
+        assert_eq!(text.matches(":begin -->").count(), 1, "{text}");
+        assert!(text.contains("a note") && text.contains("| progressive |"));
+        let table = table(&profile, &inst, &args, &results);
+        assert_eq!(
+            table.lines().filter(|l| l.starts_with("| ")).count(),
+            1 + ScheduleKind::ALL.len()
+        );
+    }
+}
