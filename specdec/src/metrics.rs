@@ -91,7 +91,8 @@ impl Metrics {
     }
 
     /// Tokens per step (accepted drafts + 1) had every step verified the top
-    /// `budget` rows of its trie (budget must be one of `CF_SIZES`).
+    /// `budget` rows of its trie (budget must be one of `CF_SIZES`). A lower bound:
+    /// a trie still undecided 8 steps later is scored on the output known by then.
     pub fn potential_accepted(&self, budget: usize) -> f64 {
         match CF_SIZES.iter().position(|&s| s == budget) {
             Some(j) => 1.0 + ratio(self.cf_accepted[j] as f64, self.cf_steps as f64),
