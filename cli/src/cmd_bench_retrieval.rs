@@ -386,11 +386,11 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     };
     let planned = synth_corpus(&corpus_dir, &a.corpus, n)?;
     let index = Index::open(&tmp.dir, embedder)?;
-    let (summary, parse_s, embed_s) = timed_index(&index, &[corpus_dir.clone()])?;
+    let (summary, parse_s, embed_s) = timed_index(&index, std::slice::from_ref(&corpus_dir))?;
     eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
     let total_s = summary.elapsed.as_secs_f64();
     // Re-run with nothing changed: the incremental no-op cost.
-    let (noop, _, _) = timed_index(&index, &[corpus_dir.clone()])?;
+    let (noop, _, _) = timed_index(&index, std::slice::from_ref(&corpus_dir))?;
     let mut lat_rows = Vec::new();
     for (mode, name) in modes(dense) {
         let mut lat = Vec::with_capacity(a.latency_queries);

@@ -9,6 +9,7 @@
 //! 3. tantivy applies the same change and commits with the generation as its payload;
 //! 4. missing embeddings are computed per content hash and committed (bumping
 //!    `vectors_generation`); 5. the HNSW graph is reconciled with the store and dumped.
+//!
 //! A writer that finds the tantivy payload behind the store rebuilds BM25 from SQLite;
 //! any process that finds the HNSW dump behind the store rebuilds it from stored vectors.
 
@@ -27,6 +28,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 pub type Chunk = ChunkRow;
+/// (chunk id, score), best first.
+pub type Ranked = Vec<(i64, f32)>;
 pub type TokenCounter = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
 /// Bump when parsing/chunking changes output for the same bytes: forces re-chunking.
@@ -746,7 +749,7 @@ impl Index {
         query: &str,
         pool: usize,
         mode: SearchMode,
-    ) -> Result<(Vec<(i64, f32)>, Vec<(i64, f32)>)> {
+    ) -> Result<(Ranked, Ranked)> {
         let bm25 = if mode != SearchMode::Dense {
             self.bm25.search(query, pool)?
         } else {

@@ -11,6 +11,12 @@ pub struct HashEmbedder {
     pub texts: AtomicUsize,
 }
 
+impl Default for HashEmbedder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl HashEmbedder {
     pub fn new() -> Self {
         HashEmbedder {
