@@ -104,7 +104,11 @@ pub fn run(a: Args) -> Result<()> {
         opts.threads = a.threads;
         let assistant = Assistant::open(opts)?;
         if mi == 0 {
-            assistant.add_paths(&[a.corpus.clone()], &IndexOptions::default(), &|_| {})?;
+            assistant.add_paths(
+                std::slice::from_ref(&a.corpus),
+                &IndexOptions::default(),
+                &|_| {},
+            )?;
         }
         let ask = AskOptions {
             max_tokens: a.max_tokens,
