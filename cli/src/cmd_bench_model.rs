@@ -80,7 +80,7 @@ fn session(model: &Arc<Model>) -> Result<Session> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let path = npu_runtime::model_path::resolve(&args.model)?;
+    let path = rag::models::ensure(&args.model)?;
     let model = Model::load(
         &path,
         &LoadOptions {

@@ -348,7 +348,7 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
         .model
         .as_deref()
         .context("--backend cpu needs --model")?;
-    let path = npu_runtime::model_path::resolve(name)?;
+    let path = rag::models::ensure(name)?;
     let model = Model::load(
         &path,
         &LoadOptions {

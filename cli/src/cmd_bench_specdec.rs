@@ -183,7 +183,7 @@ pub fn run(args: Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| default_dataset(&args.category));
     let questions = load_questions(&dataset, &args.category, args.limit)?;
-    let path = npu_runtime::model_path::resolve(&args.model)?;
+    let path = rag::models::ensure(&args.model)?;
     let model = Model::load(
         &path,
         &LoadOptions {

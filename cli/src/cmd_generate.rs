@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let path = npu_runtime::model_path::resolve(&args.model)?;
+    let path = rag::models::ensure(&args.model)?;
     let model = Model::load(
         &path,
         &LoadOptions {
