@@ -444,6 +444,10 @@ impl Assistant {
             .lock()
             .map_err(|_| anyhow!("generation state poisoned"))?;
         let st = &mut *guard;
+        anyhow::ensure!(
+            !prompt.is_empty(),
+            "the chat template produced an empty prompt"
+        );
         if prompt.len() + opts.max_tokens.min(64) >= st.session.kv_capacity() {
             anyhow::bail!(
                 "the prompt has {} tokens but the context holds {}: lower --top-k or the context budget",
