@@ -11,6 +11,7 @@
 //! to contiguous slots sees exactly the same key sequence, so it gets bit-identical output.
 
 use crate::error::{Result, RuntimeError};
+use crate::kernels::vector::{axpy_rows, dot_rows_f32};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -171,29 +172,28 @@ pub fn attention(
             let kv_off = (h / group) * head_dim;
             let visible = mask.visible(i);
             let n_keys = n_past + visible.len();
-            let slot = |j: usize| {
-                if j < n_past {
-                    j
-                } else {
-                    n_past + visible[j - n_past] as usize
-                }
-            };
+            let scores = &mut scores[..n_keys];
+            // Row kernels give the bits of `dot_f32`/`axpy` per key, so how the key
+            // sequence splits into runs of adjacent slots never changes a result.
+            for_each_run(n_past, visible, |key, slot, len| {
+                let rows = &k[slot * kv_dim + kv_off..];
+                dot_rows_f32(qh, rows, kv_dim, &mut scores[key..key + len]);
+            });
             let mut max = f32::NEG_INFINITY;
-            for (j, s) in scores[..n_keys].iter_mut().enumerate() {
-                let kr = &k[slot(j) * kv_dim + kv_off..][..head_dim];
-                *s = dot(qh, kr) * scale;
+            for s in scores.iter_mut() {
+                *s *= scale;
                 max = max.max(*s);
             }
-            acc.fill(0.0);
             let mut sum = 0.0f32;
-            for (j, s) in scores[..n_keys].iter_mut().enumerate() {
-                let p = (*s - max).exp();
-                sum += p;
-                let vr = &v[slot(j) * kv_dim + kv_off..][..head_dim];
-                for (a, &x) in acc.iter_mut().zip(vr) {
-                    *a += p * x;
-                }
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
             }
+            acc.fill(0.0);
+            for_each_run(n_past, visible, |key, slot, len| {
+                let rows = &v[slot * kv_dim + kv_off..];
+                axpy_rows(&scores[key..key + len], rows, kv_dim, acc);
+            });
             let inv = 1.0 / sum;
             let o = &out[i * n_head * head_dim + h * head_dim..][..head_dim];
             for (dst, &a) in o.iter().zip(acc.iter()) {
@@ -204,29 +204,24 @@ pub fn attention(
     run(n_tasks, &task);
 }
 
-/// Dot product with a fixed 16-lane reduction order (vectorizable, deterministic).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 16];
-    let mut ca = a.chunks_exact(16);
-    let mut cb = b.chunks_exact(16);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..16 {
-            lanes[l] += x[l] * y[l];
+/// Calls `f(first_key, first_slot, len)` for each maximal run of adjacent KV slots in
+/// the key sequence `[0, n_past)` then `n_past + visible[..]`, in key order.
+fn for_each_run(n_past: usize, visible: &[u16], mut f: impl FnMut(usize, usize, usize)) {
+    let (mut key, mut slot, mut len) = (0, 0, n_past);
+    for (idx, &b) in visible.iter().enumerate() {
+        let s = n_past + b as usize;
+        if len > 0 && slot + len == s {
+            len += 1;
+        } else {
+            if len > 0 {
+                f(key, slot, len);
+            }
+            (key, slot, len) = (n_past + idx, s, 1);
         }
     }
-    let mut tail = 0.0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail += x * y;
+    if len > 0 {
+        f(key, slot, len);
     }
-    // Pairwise fold (vectorizable) rather than a 16-long serial chain.
-    let mut w = 8;
-    while w > 0 {
-        for l in 0..w {
-            lanes[l] += lanes[l + w];
-        }
-        w /= 2;
-    }
-    lanes[0] + tail
 }
 
 #[cfg(test)]
@@ -395,5 +390,15 @@ mod tests {
         assert!(m.set_tree(&[-2]).is_err());
         assert!(m.set_tree(&[-1; 5]).is_err());
         assert!(m.set_tree(&[]).is_err());
+    }
+
+    #[test]
+    fn runs_cover_keys_in_order() {
+        let mut got = Vec::new();
+        for_each_run(3, &[0, 1, 3, 5, 6], |k, s, l| got.push((k, s, l)));
+        assert_eq!(got, vec![(0, 0, 5), (5, 6, 1), (6, 8, 2)]);
+        got.clear();
+        for_each_run(0, &[2, 4], |k, s, l| got.push((k, s, l)));
+        assert_eq!(got, vec![(0, 2, 1), (1, 4, 1)]);
     }
 }

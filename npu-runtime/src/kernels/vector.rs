@@ -43,6 +43,13 @@ fn dot_body(a: &[f32], b: &[f32]) -> f32 {
             acc[l] = x[l].mul_add(y[l], acc[l]);
         }
     }
+    dot_finish(acc, ta, tb)
+}
+
+/// The canonical epilogue of [`dot_f32`]: pairwise fold of the 16 partials, then the
+/// tail elements fused in order.
+#[inline(always)]
+fn dot_finish(mut acc: [f32; 16], ta: &[f32], tb: &[f32]) -> f32 {
     let mut w = 8;
     while w > 0 {
         for l in 0..w {
@@ -55,6 +62,138 @@ fn dot_body(a: &[f32], b: &[f32]) -> f32 {
         s = x.mul_add(*y, s);
     }
     s
+}
+
+/// `out[j] = dot_f32(q, rows[j * stride..][..q.len()])` for every `j < out.len()`:
+/// the same bits as calling [`dot_f32`] per row, dispatched once for all rows.
+pub fn dot_rows_f32(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    dot_rows_f32_with_isa(detected(), q, rows, stride, out)
+}
+
+/// [`dot_rows_f32`] compiled for a given ISA (portable if this CPU lacks it).
+pub fn dot_rows_f32_with_isa(isa: Isa, q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    if let Some(last) = out.len().checked_sub(1) {
+        assert!(
+            last * stride + q.len() <= rows.len(),
+            "dot_rows_f32: rows too short"
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && isa.is_supported() {
+        // SAFETY: the CPU supports AVX2 and FMA (every non-portable ISA implies them).
+        return unsafe { dot_rows_fma(q, rows, stride, out) };
+    }
+    let _ = isa;
+    dot_rows_body(q, rows, stride, out)
+}
+
+/// AVX2 form of [`dot_body`] per row: lanes 0-7 and 8-15 of the 16 partials live in
+/// two registers, and the fold adds the same pairs as the portable one.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot_rows_fma(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = q.len();
+    let full = n - n % 16;
+    for (j, o) in out.iter_mut().enumerate() {
+        let r = &rows[j * stride..][..n];
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (x, y) in q[..full].chunks_exact(16).zip(r[..full].chunks_exact(16)) {
+            // SAFETY: `x` and `y` hold exactly 16 floats, so both 8-float loads at
+            // offsets 0 and 8 are in bounds (unaligned loads are allowed).
+            unsafe {
+                let (xp, yp) = (x.as_ptr(), y.as_ptr());
+                lo = _mm256_fmadd_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(yp), lo);
+                hi = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), _mm256_loadu_ps(yp.add(8)), hi);
+            }
+        }
+        let s8 = _mm256_add_ps(lo, hi); // l + 8
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)); // l + 4
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4)); // l + 2
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)); // l + 1
+        let mut s = _mm_cvtss_f32(s1);
+        for (x, y) in q[full..].iter().zip(&r[full..]) {
+            s = x.mul_add(*y, s);
+        }
+        *o = s;
+    }
+}
+
+#[inline(always)]
+fn dot_rows_body(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot_body(q, &rows[j * stride..][..q.len()]);
+    }
+}
+
+/// `acc[d] += w[j] * rows[j * stride + d]` for `j` ascending, fused: the same bits as
+/// calling [`axpy`] once per row in order, dispatched once for all rows.
+pub fn axpy_rows(w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+    axpy_rows_with_isa(detected(), w, rows, stride, acc)
+}
+
+/// [`axpy_rows`] compiled for a given ISA (portable if this CPU lacks it).
+pub fn axpy_rows_with_isa(isa: Isa, w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+    if let Some(last) = w.len().checked_sub(1) {
+        assert!(
+            last * stride + acc.len() <= rows.len(),
+            "axpy_rows: rows too short"
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && isa.is_supported() {
+        // SAFETY: the CPU supports AVX2 and FMA (every non-portable ISA implies them).
+        return unsafe { axpy_rows_fma(w, rows, stride, acc) };
+    }
+    let _ = isa;
+    axpy_rows_body(w, rows, stride, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn axpy_rows_fma(w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+    axpy_rows_body(w, rows, stride, acc)
+}
+
+/// Column blocks outer, rows inner, so each block's accumulator stays in registers;
+/// every element still sees the rows' fused multiply-adds in ascending order.
+#[inline(always)]
+fn axpy_rows_body(w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+    let mut c = 0;
+    while c + 64 <= acc.len() {
+        axpy_rows_block::<64>(w, rows, stride, c, acc);
+        c += 64;
+    }
+    while c + 16 <= acc.len() {
+        axpy_rows_block::<16>(w, rows, stride, c, acc);
+        c += 16;
+    }
+    for d in c..acc.len() {
+        let mut a = acc[d];
+        for (j, &wj) in w.iter().enumerate() {
+            a = wj.mul_add(rows[j * stride + d], a);
+        }
+        acc[d] = a;
+    }
+}
+
+#[inline(always)]
+fn axpy_rows_block<const B: usize>(
+    w: &[f32],
+    rows: &[f32],
+    stride: usize,
+    c: usize,
+    acc: &mut [f32],
+) {
+    let mut a = [0f32; B];
+    a.copy_from_slice(&acc[c..c + B]);
+    for (j, &wj) in w.iter().enumerate() {
+        let x = &rows[j * stride + c..][..B];
+        for l in 0..B {
+            a[l] = wj.mul_add(x[l], a[l]);
+        }
+    }
+    acc[c..c + B].copy_from_slice(&a);
 }
 
 /// `y[i] += alpha * x[i]` (fused), element-wise, so order-free.
@@ -140,5 +279,76 @@ mod tests {
         let mut z = vec![1.0, 2.0];
         axpy(2.0, &[1.0, 1.0], &mut z);
         assert_eq!(z, vec![3.0, 4.0]);
+    }
+
+    fn rnd(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dot_rows_equals_per_row_dot_on_every_isa() {
+        let mut seed = 3;
+        for (len, stride, n) in [
+            (64usize, 128usize, 37usize),
+            (20, 20, 5),
+            (17, 40, 1),
+            (64, 64, 0),
+        ] {
+            let q = rnd(&mut seed, len);
+            let rows = rnd(&mut seed, n.max(1) * stride);
+            let want: Vec<u32> = (0..n)
+                .map(|j| dot_f32_with_isa(Isa::Portable, &q, &rows[j * stride..][..len]).to_bits())
+                .collect();
+            for isa in Isa::available() {
+                let mut out = vec![0f32; n];
+                dot_rows_f32_with_isa(isa, &q, &rows, stride, &mut out);
+                let got: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(got, want, "{isa:?} len={len} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn axpy_rows_equals_sequential_axpy_on_every_isa() {
+        let mut seed = 5;
+        for (len, stride, n) in [
+            (64usize, 128usize, 37usize),
+            (20, 20, 5),
+            (17, 40, 1),
+            (64, 64, 0),
+        ] {
+            let w = rnd(&mut seed, n);
+            let rows = rnd(&mut seed, n.max(1) * stride);
+            let init = rnd(&mut seed, len);
+            // Scalar reference: one fused multiply-add per element, rows in order.
+            let mut want = init.clone();
+            for (j, &wj) in w.iter().enumerate() {
+                for (d, y) in want.iter_mut().enumerate() {
+                    *y = wj.mul_add(rows[j * stride + d], *y);
+                }
+            }
+            let want: Vec<u32> = want.iter().map(|x| x.to_bits()).collect();
+            let mut via_axpy = init.clone();
+            for (j, &wj) in w.iter().enumerate() {
+                axpy(wj, &rows[j * stride..][..len], &mut via_axpy);
+            }
+            assert_eq!(
+                via_axpy.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want
+            );
+            for isa in Isa::available() {
+                let mut acc = init.clone();
+                axpy_rows_with_isa(isa, &w, &rows, stride, &mut acc);
+                let got: Vec<u32> = acc.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(got, want, "{isa:?} len={len} n={n}");
+            }
+        }
     }
 }
