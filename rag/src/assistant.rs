@@ -181,8 +181,11 @@ struct GenState {
     /// Tokens whose KV the session holds (for prompt-prefix reuse between questions).
     committed: Vec<u32>,
     generator: Generator,
-    db: TokenDb,
-    db_path: PathBuf,
+    /// Tokenized corpus chunks (rebuilt when the index generation changes).
+    corpus_db: TokenDb,
+    /// Finished interactions (the answers), kept across index changes.
+    conversations: TokenDb,
+    conversations_path: PathBuf,
     /// Where the measured verify-cost curve is cached (per model, thread count, CPU).
     curve_path: PathBuf,
 }
@@ -379,8 +382,14 @@ impl Assistant {
             .unwrap_or("model")
             .to_owned();
         let db_path = self.opts.index_dir.join(format!("tokendb-{stem}.bin"));
-        let db = self.load_token_db(&db_path, model.tokenizer())?;
-        let sam = Arc::new(db.build_index());
+        let corpus_db = self.load_token_db(&db_path, model.tokenizer())?;
+        let conversations_path = self.opts.index_dir.join(format!("convdb-{stem}.bin"));
+        let conversations = TokenDb::open(
+            &conversations_path,
+            (self.opts.token_db_max_tokens / 4).max(1),
+        )
+        .unwrap_or_else(|_| TokenDb::new((self.opts.token_db_max_tokens / 4).max(1)));
+        let sam = Arc::new(drafting_db(&corpus_db, &conversations).build_index());
         let curve_path = cost_curve_path(&path, model.threads());
         let cfg = GenConfig {
             cost_curve: CostCurve::load(&curve_path).ok(),
@@ -393,17 +402,17 @@ impl Assistant {
                 session,
                 committed: Vec::new(),
                 generator,
-                db,
-                db_path,
+                corpus_db,
+                conversations,
+                conversations_path,
                 curve_path,
             }),
             name: stem,
         })
     }
 
-    /// The drafting database: the saved one if it matches the index generation, else
-    /// rebuilt from the indexed chunks (past conversations kept in the saved file are
-    /// carried over).
+    /// The corpus part of the drafting database: the saved one if it matches the index
+    /// generation, else rebuilt from the indexed chunks and saved.
     fn load_token_db(&self, path: &Path, tok: &Tokenizer) -> Result<TokenDb> {
         let generation = self.index.generation();
         let gen_path = path.with_extension("generation");
@@ -532,17 +541,19 @@ impl Assistant {
             }
         }
 
-        // Grow the drafting database with the finished interaction.
-        let question_tokens = &prompt[common..];
-        let mut interaction = Vec::with_capacity(question_tokens.len() + tokens.len());
-        interaction.extend_from_slice(question_tokens);
-        interaction.extend_from_slice(&tokens);
-        st.db.add(&interaction);
-        if let Err(e) = st.db.save(&st.db_path) {
-            tracing::warn!("could not save the token database: {e}");
+        // Grow the drafting database with the finished interaction: the answer only (the
+        // question's sources are corpus chunks already in the database).
+        if !tokens.is_empty() {
+            st.conversations.add(&tokens);
+            if let Some(dir) = st.conversations_path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            if let Err(e) = st.conversations.save(&st.conversations_path) {
+                tracing::warn!("could not save the conversation token database: {e}");
+            }
+            let db = drafting_db(&st.corpus_db, &st.conversations);
+            st.generator.set_database(Some(Arc::new(db.build_index())));
         }
-        st.generator
-            .set_database(Some(Arc::new(st.db.build_index())));
 
         let decode_tokens = metrics.decode_tokens();
         Ok(Answer {
@@ -634,6 +645,14 @@ fn cost_curve_path(model: &Path, threads: usize) -> PathBuf {
         .join(format!(
             "verify-{stem}-{size}-t{threads}-{cpu_hash:016x}.json"
         ))
+}
+
+/// Corpus chunks plus past answers, bounded like either part.
+fn drafting_db(corpus: &TokenDb, conversations: &TokenDb) -> TokenDb {
+    let mut db = TokenDb::new(corpus.max_tokens() + conversations.max_tokens());
+    db.ingest(corpus);
+    db.ingest(conversations);
+    db
 }
 
 fn file_name(path: &str) -> &str {

@@ -22,6 +22,14 @@ impl TokenSource for [Vec<u32>] {
     }
 }
 
+impl TokenSource for TokenDb {
+    fn for_each_sequence(&self, f: &mut dyn FnMut(&[u32])) {
+        for d in &self.docs {
+            f(d);
+        }
+    }
+}
+
 const MAGIC: &[u8; 8] = b"SDTOKDB1";
 /// Default bound: 256 Ki tokens (1 MiB on disk; the automaton over it needs
 /// roughly 60-100 MB at most, less for natural text).
@@ -209,6 +217,22 @@ impl TokenDb {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_is_a_token_source_of_its_documents_in_order() {
+        let mut a = TokenDb::new(100);
+        a.add(&[1, 2, 3]);
+        a.add(&[4]);
+        let mut b = TokenDb::new(100);
+        b.add(&[9, 9]);
+        let mut merged = TokenDb::new(100);
+        merged.ingest(&a);
+        merged.ingest(&b);
+        let mut seen = Vec::new();
+        merged.for_each_sequence(&mut |d| seen.push(d.to_vec()));
+        assert_eq!(seen, vec![vec![1, 2, 3], vec![4], vec![9, 9]]);
+        assert_eq!(merged.total_tokens(), 6);
+    }
 
     #[test]
     fn bounded_ring_drops_oldest() {
