@@ -1,0 +1,124 @@
+//! The embeddable API end to end on a real (small) model: index, ask with streaming,
+//! prompt-prefix reuse, cancellation, caller-supplied context, and the async stream.
+
+use rag::assistant::{AskEvent, AskOptions, Assistant, AssistantOptions};
+use rag::{IndexOptions, SearchMode};
+use std::path::PathBuf;
+
+fn model_available() -> bool {
+    let present = rag::models::resolve("smollm2-135m").is_ok();
+    if !present && std::env::var_os("RAG_SKIP_MODEL_TESTS").is_none() {
+        panic!("smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m");
+    }
+    present
+}
+
+fn assistant(dir: &std::path::Path) -> Assistant {
+    let mut opts = AssistantOptions::new(dir);
+    opts.model = "smollm2-135m".into();
+    opts.dense = false;
+    opts.threads = 2;
+    opts.kv_capacity = 2048;
+    let a = Assistant::open(opts).unwrap();
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus");
+    a.add_paths(&[corpus], &IndexOptions::default(), &|_| {})
+        .unwrap();
+    a
+}
+
+fn ask_opts(max_tokens: usize) -> AskOptions {
+    AskOptions {
+        max_tokens,
+        mode: SearchMode::Bm25,
+        ..AskOptions::default()
+    }
+}
+
+#[test]
+fn ask_streams_the_answer_it_returns_and_is_deterministic() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = assistant(dir.path());
+    let q = "How do I do a factory reset of the Kestrel K2 console?";
+    let mut streamed = String::new();
+    let first = a
+        .ask(q, &ask_opts(24), &mut |piece| {
+            streamed.push_str(piece);
+            true
+        })
+        .unwrap();
+    assert_eq!(streamed.trim(), first.answer);
+    assert!(first.tokens_generated > 0 && first.tokens_generated <= 24);
+    assert!(!first.sources.is_empty());
+    assert!(first
+        .sources
+        .iter()
+        .any(|s| s.path.ends_with("troubleshooting.md")));
+    // Asking again reuses the KV of the common prefix and grows the drafting database;
+    // greedy decoding must still give the same answer.
+    let second = a.ask(q, &ask_opts(24), &mut |_| true).unwrap();
+    assert_eq!(second.answer, first.answer);
+}
+
+#[test]
+fn returning_false_or_cancelling_stops_early() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = assistant(dir.path());
+    let mut pieces = 0;
+    let stopped = a
+        .ask(
+            "What batteries does the sensor head use?",
+            &ask_opts(64),
+            &mut |_| {
+                pieces += 1;
+                pieces < 2
+            },
+        )
+        .unwrap();
+    assert!(stopped.cancelled);
+    assert!(stopped.tokens_generated < 64);
+
+    let ctx = a
+        .ask_with_context(
+            "Which button is the OK button?",
+            "<button id=6>OK</button>",
+            None,
+            &ask_opts(16),
+            &mut |_| true,
+        )
+        .unwrap();
+    assert!(ctx.sources.is_empty());
+    assert!(ctx.tokens_generated > 0);
+}
+
+#[test]
+fn ask_stream_delivers_text_then_done() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = std::sync::Arc::new(assistant(dir.path()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (mut rx, _cancel) = a.ask_stream("How long is the warranty?".into(), ask_opts(16));
+        let mut text = String::new();
+        let mut done = None;
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                AskEvent::Text(t) => text.push_str(&t),
+                AskEvent::Done(answer) => done = Some(answer),
+                AskEvent::Error(e) => panic!("{e}"),
+            }
+        }
+        let done = done.expect("a Done event");
+        assert_eq!(text.trim(), done.answer);
+    });
+}
