@@ -275,7 +275,7 @@ fn write_section(
         body,
         "Run on: {} , {} (UTC)  ",
         npu_runtime::schedule::profile::machine_id(),
-        utc_date()
+        crate::bench_report::utc_now()
     );
     let _ = writeln!(body, "Profile source: {}  ", profile.source);
     let _ = writeln!(
@@ -310,30 +310,6 @@ fn write_section(
         }
     };
     std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Today's date (UTC) from the system clock, as YYYY-MM-DD HH:MM.
-fn utc_date() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
 }
 
 /// Real execution on the CPU backend: warm-up profile (cached), then every schedule planned
