@@ -50,6 +50,12 @@ pub fn convex(bm25: &[(i64, f32)], dense: &[(i64, f32)], alpha: f32) -> Vec<Fuse
         let d = f.dense_rank.map(|r| nd(dense[r - 1].1)).unwrap_or(0.0);
         f.score = alpha * b + (1.0 - alpha) * d;
     }
+    sort_fused(&mut out);
+    out
+}
+
+/// Best score first; ties break by the better single rank, then by id (deterministic).
+fn sort_fused(out: &mut [Fused]) {
     let best = |f: &Fused| {
         f.bm25_rank
             .unwrap_or(usize::MAX)
@@ -61,7 +67,6 @@ pub fn convex(bm25: &[(i64, f32)], dense: &[(i64, f32)], alpha: f32) -> Vec<Fuse
             .then(best(a).cmp(&best(b)))
             .then(a.id.cmp(&b.id))
     });
-    out
 }
 
 /// Default RRF constant (Cormack et al.): damps the head so one list cannot dominate.
@@ -99,17 +104,7 @@ pub fn rrf(bm25: &[(i64, f32)], dense: &[(i64, f32)], k: f32) -> Vec<Fused> {
             f.score += 1.0 / (k + rank as f32);
         }
     }
-    let best = |f: &Fused| {
-        f.bm25_rank
-            .unwrap_or(usize::MAX)
-            .min(f.dense_rank.unwrap_or(usize::MAX))
-    };
-    out.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(best(a).cmp(&best(b)))
-            .then(a.id.cmp(&b.id))
-    });
+    sort_fused(&mut out);
     out
 }
 
