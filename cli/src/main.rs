@@ -5,6 +5,7 @@ mod bench_report;
 mod cmd_ask;
 mod cmd_bench_answers;
 mod cmd_bench_model;
+mod cmd_bench_peer;
 mod cmd_bench_prefill;
 mod cmd_bench_retrieval;
 mod cmd_bench_specdec;
@@ -48,6 +49,9 @@ enum Cmd {
 enum BenchCmd {
     /// Prefill/decode throughput and the verify-cost curve of a model.
     Model(cmd_bench_model::Args),
+    /// Our CPU engine and llama.cpp side by side on the same GGUF (ratios, floors).
+    #[command(name = "vs-llamacpp")]
+    VsLlamacpp(cmd_bench_peer::Args),
     /// Speculative decoding modes on Spec-Bench / DroidTask prompts.
     Specdec(cmd_bench_specdec::Args),
     /// Prefill graph-switch schedules (sync, async, progressive, optimal).
@@ -73,6 +77,7 @@ fn main() {
         Cmd::Generate(a) => cmd_generate::run(a),
         Cmd::Model(c) => cmd_model::run(c),
         Cmd::Bench(BenchCmd::Model(a)) => cmd_bench_model::run(a),
+        Cmd::Bench(BenchCmd::VsLlamacpp(a)) => cmd_bench_peer::run(a),
         Cmd::Bench(BenchCmd::Specdec(a)) => cmd_bench_specdec::run(a),
         Cmd::Bench(BenchCmd::Prefill(a)) => cmd_bench_prefill::run(a),
         Cmd::Bench(BenchCmd::Retrieval(a)) => cmd_bench_retrieval::run(a),

@@ -1,0 +1,397 @@
+//! `rag bench vs-llamacpp`: our CPU engine and llama.cpp on the same GGUF with the same
+//! thread count, back to back in one run. Rounds alternate (ours, llama.cpp, ours, ...) and
+//! each engine keeps its best round, so a burst of load on this shared machine hurts neither
+//! side more than the other. The physical floors (memory bandwidth for decode) are measured
+//! in the same run, not copied from elsewhere.
+//!
+//! llama.cpp runs through `scripts/peers/llamacpp_bench.py` in a virtualenv outside the
+//! repository (`--python`); `--requant q4_0` also compares on llama.cpp's own re-quantization
+//! of the file, made once with `scripts/peers/llamacpp_requantize.py` into the model cache.
+
+use crate::bench_report;
+use anyhow::{bail, Context, Result};
+use graphs::gguf::GgufFile;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A .gguf path or a model name from `rag model list`.
+    #[arg(long, default_value = rag::models::DEFAULT_MODEL)]
+    pub model: String,
+    /// Python interpreter of a virtualenv with llama-cpp-python installed.
+    #[arg(long)]
+    pub python: PathBuf,
+    /// Compute threads for both engines.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Repetitions per measurement inside each engine run (median).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Alternating rounds per engine; each engine's best round is reported.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Also compare on llama.cpp's re-quantization of the file to this type (q4_0, q8_0).
+    #[arg(long)]
+    pub requant: Option<String>,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not write the BENCHMARKS.md section.
+    #[arg(long)]
+    pub no_report: bool,
+}
+
+const VERIFY_SIZES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+pub fn run(args: Args) -> Result<()> {
+    if args.rounds == 0 || args.threads == 0 {
+        bail!("--rounds and --threads must be at least 1");
+    }
+    let base = rag::models::ensure(&args.model)?;
+    let mut files = vec![base.clone()];
+    if let Some(t) = &args.requant {
+        files.push(requantized(&args, &base, t)?);
+    }
+    let bw = read_bandwidth_gbs(args.threads);
+    eprintln!(
+        "memory read bandwidth ({} threads): {bw:.1} GB/s",
+        args.threads
+    );
+
+    let mut results = Vec::new();
+    let mut body = format!(
+        "Both engines on the same file with {} threads, back to back: {} alternating rounds \
+         (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
+         repetitions. llama.cpp is llama-cpp-python 0.3.36 (built from source with \
+         GGML_NATIVE) in a virtualenv outside the repo. Memory read bandwidth measured in \
+         this run: {bw:.1} GB/s.\n\n",
+        args.threads, args.rounds, args.reps
+    );
+    for file in &files {
+        let (ours, peer) = measure_pair(&args, file)?;
+        let floors = Floors::of(file, bw)?;
+        body.push_str(&table(file, &ours, &peer, &floors));
+        results.push(json!({
+            "model": file_name(file),
+            "weight_bytes_per_token": floors.decode_bytes,
+            "ours": ours,
+            "llamacpp": peer,
+        }));
+    }
+    if !args.no_report {
+        let key = format!("vs-llamacpp:{}", file_name(&base));
+        let title = format!("CPU engine vs llama.cpp: {}", file_name(&base));
+        bench_report::write_section(&key, &title, &body)?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            json!({"threads": args.threads, "bandwidth_gbs": bw, "files": results})
+        );
+    } else {
+        println!("{body}");
+    }
+    Ok(())
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    )
+}
+
+/// The script beside this crate in a source checkout.
+fn peer_script(name: &str) -> Result<PathBuf> {
+    let candidates = [
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scripts/peers")
+            .join(name),
+        PathBuf::from("scripts/peers").join(name),
+    ];
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .with_context(|| format!("scripts/peers/{name} not found: run from a source checkout"))
+}
+
+/// llama.cpp's re-quantization of `base` to `ty`, made once and kept in the model cache.
+fn requantized(args: &Args, base: &Path, ty: &str) -> Result<PathBuf> {
+    let ty = ty.to_ascii_lowercase();
+    if !matches!(ty.as_str(), "q4_0" | "q8_0") {
+        bail!("--requant must be q4_0 or q8_0, not {ty}");
+    }
+    let stem = base
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let out = base.with_file_name(format!("{stem}.llamacpp-{ty}.gguf"));
+    if out.is_file() {
+        return Ok(out);
+    }
+    let tmp = out.with_extension("gguf.partial");
+    eprintln!("re-quantizing {} to {ty} with llama.cpp", base.display());
+    let status = Command::new(&args.python)
+        .arg(peer_script("llamacpp_requantize.py")?)
+        .arg(base)
+        .arg(&tmp)
+        .args(["--type", &ty, "--threads", &args.threads.to_string()])
+        .status()
+        .with_context(|| format!("running {}", args.python.display()))?;
+    if !status.success() {
+        bail!("llama.cpp re-quantization failed ({status})");
+    }
+    std::fs::rename(&tmp, &out).with_context(|| format!("renaming to {}", out.display()))?;
+    Ok(out)
+}
+
+/// Alternating rounds; returns each engine's best figures.
+fn measure_pair(args: &Args, file: &Path) -> Result<(Value, Value)> {
+    let (mut ours, mut peer) = (None, None);
+    let exe = std::env::current_exe().context("locating the rag binary")?;
+    let common = [
+        "--threads".to_owned(),
+        args.threads.to_string(),
+        "--reps".to_owned(),
+        args.reps.to_string(),
+    ];
+    for round in 0..args.rounds {
+        eprintln!(
+            "{}: round {} of {}",
+            file_name(file),
+            round + 1,
+            args.rounds
+        );
+        let mut cmd = Command::new(&exe);
+        cmd.args(["bench", "model", "--json", "--no-report", "--model"])
+            .arg(file)
+            .args(&common);
+        ours = Some(best(ours, run_json(cmd, "rag bench model")?));
+        let mut cmd = Command::new(&args.python);
+        cmd.arg(peer_script("llamacpp_bench.py")?)
+            .arg("--model")
+            .arg(file)
+            .args(&common);
+        peer = Some(best(peer, run_json(cmd, "llamacpp_bench.py")?));
+    }
+    Ok((ours.unwrap_or(Value::Null), peer.unwrap_or(Value::Null)))
+}
+
+/// Runs `cmd` and parses the last stdout line as JSON.
+fn run_json(mut cmd: Command, what: &str) -> Result<Value> {
+    let out = cmd.output().with_context(|| format!("starting {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{'));
+    let line = line.with_context(|| format!("{what} printed no JSON"))?;
+    serde_json::from_str(line).with_context(|| format!("parsing the JSON of {what}"))
+}
+
+/// Keeps the better of two runs per figure: higher tok/s, lower verify ms, higher RSS.
+fn best(prev: Option<Value>, new: Value) -> Value {
+    let Some(mut acc) = prev else { return new };
+    for (key, higher_is_better) in [
+        ("prefill_tok_s", true),
+        ("decode_tok_s", true),
+        ("verify_ms", false),
+    ] {
+        let (Some(a), Some(b)) = (
+            acc.get_mut(key).and_then(Value::as_object_mut),
+            new.get(key).and_then(Value::as_object),
+        ) else {
+            continue;
+        };
+        for (k, v) in b {
+            let (Some(x), Some(y)) = (a.get(k).and_then(Value::as_f64), v.as_f64()) else {
+                continue;
+            };
+            let keep_new = if higher_is_better { y > x } else { y < x };
+            if keep_new {
+                a.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let (Some(x), Some(y)) = (
+        acc.get("peak_rss_mb").and_then(Value::as_f64),
+        new.get("peak_rss_mb").and_then(Value::as_f64),
+    ) {
+        acc["peak_rss_mb"] = x.max(y).into();
+    }
+    acc
+}
+
+/// What the hardware allows for this file.
+struct Floors {
+    /// Weight bytes one decode step must read (the LM head included; the embedding table
+    /// only when it doubles as the LM head).
+    decode_bytes: u64,
+    /// Decode-step floor in ms at the measured bandwidth.
+    decode_ms: f64,
+    /// Multiply-accumulates per prefill token (every matmul weight except the LM head, which
+    /// prefill applies to the last token only).
+    prefill_macs_per_token: f64,
+}
+
+impl Floors {
+    fn of(file: &Path, bw_gbs: f64) -> Result<Floors> {
+        let g = GgufFile::open(file).with_context(|| format!("reading {}", file.display()))?;
+        let tied = g.tensor("output.weight").is_none();
+        let mut bytes = 0u64;
+        let mut macs = 0u64;
+        for t in g.tensors() {
+            let is_embd = t.name == "token_embd.weight";
+            let is_head = t.name == "output.weight" || (tied && is_embd);
+            if !is_embd || tied {
+                bytes += t.n_bytes as u64;
+            }
+            if t.dims.len() >= 2 && !is_embd && !is_head {
+                macs += t.n_elements();
+            }
+        }
+        Ok(Floors {
+            decode_bytes: bytes,
+            decode_ms: bytes as f64 / (bw_gbs * 1e9) * 1e3,
+            prefill_macs_per_token: macs as f64,
+        })
+    }
+}
+
+fn get(v: &Value, key: &str, sub: &str) -> f64 {
+    v.get(key)
+        .and_then(|m| m.get(sub))
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN)
+}
+
+fn table(file: &Path, ours: &Value, peer: &Value, floors: &Floors) -> String {
+    let mut s = format!(
+        "### {}\n\nDecode floor: {:.0} MB of weights per token at the measured bandwidth = \
+         {:.1} ms/token ({:.1} tok/s). Prefill work: {:.2} G multiply-accumulates per token.\n\n\
+         | metric | ours | llama.cpp | ratio | ours against the floor |\n|---|---|---|---|---|\n",
+        file_name(file),
+        floors.decode_bytes as f64 / 1e6,
+        floors.decode_ms,
+        1e3 / floors.decode_ms,
+        floors.prefill_macs_per_token / 1e9,
+    );
+    for t in ["128", "512"] {
+        let (a, b) = (get(ours, "prefill_tok_s", t), get(peer, "prefill_tok_s", t));
+        let gmacs = a * floors.prefill_macs_per_token / 1e9;
+        s.push_str(&format!(
+            "| prefill T={t} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {gmacs:.0} G MAC/s |\n",
+            a / b
+        ));
+    }
+    for d in ["0", "1000"] {
+        let (a, b) = (get(ours, "decode_tok_s", d), get(peer, "decode_tok_s", d));
+        let share = a * floors.decode_ms / 1e3 * 100.0;
+        s.push_str(&format!(
+            "| decode depth {d} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {share:.0}% of bandwidth |\n",
+            a / b
+        ));
+    }
+    let rss = |v: &Value| {
+        v.get("peak_rss_mb")
+            .and_then(Value::as_f64)
+            .unwrap_or(f64::NAN)
+    };
+    s.push_str(&format!(
+        "| peak RSS (MB) | {:.0} | {:.0} | {:.2}x | |\n\n",
+        rss(ours),
+        rss(peer),
+        rss(ours) / rss(peer)
+    ));
+    s.push_str(
+        "Verify cost at depth 1000 (one forward of N new tokens, logits for all N):\n\n\
+         | N | ours ms | ours / N=1 | llama.cpp ms | llama.cpp / N=1 |\n|---|---|---|---|---|\n",
+    );
+    let (o1, p1) = (get(ours, "verify_ms", "1"), get(peer, "verify_ms", "1"));
+    for n in VERIFY_SIZES {
+        let k = n.to_string();
+        let (o, p) = (get(ours, "verify_ms", &k), get(peer, "verify_ms", &k));
+        s.push_str(&format!(
+            "| {n} | {o:.1} | {:.2} | {p:.1} | {:.2} |\n",
+            o / o1,
+            p / p1
+        ));
+    }
+    s.push('\n');
+    s
+}
+
+/// Streaming read bandwidth over a 512 MiB buffer split across `threads`, best of 3.
+fn read_bandwidth_gbs(threads: usize) -> f64 {
+    let words = 64usize << 20;
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let chunk = words.div_ceil(threads);
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let total: u64 = std::thread::scope(|sc| {
+            let handles: Vec<_> = buf
+                .chunks(chunk)
+                .map(|c| sc.spawn(move || sum_words(c)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        });
+        std::hint::black_box(total);
+        best = best.max((words * 8) as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    best
+}
+
+/// Eight independent accumulators so the loop is bound by loads, not by an add chain.
+fn sum_words(c: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let mut it = c.chunks_exact(8);
+    for w in &mut it {
+        for (a, x) in acc.iter_mut().zip(w) {
+            *a = a.wrapping_add(*x);
+        }
+    }
+    let tail: u64 = it.remainder().iter().fold(0, |a, x| a.wrapping_add(*x));
+    acc.iter().fold(tail, |a, x| a.wrapping_add(*x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_keeps_the_better_figure_of_each_kind() {
+        let a = json!({"prefill_tok_s": {"128": 10.0}, "decode_tok_s": {"0": 5.0},
+                       "verify_ms": {"1": 3.0, "8": 9.0}, "peak_rss_mb": 100.0});
+        let b = json!({"prefill_tok_s": {"128": 12.0}, "decode_tok_s": {"0": 4.0},
+                       "verify_ms": {"1": 4.0, "8": 7.0}, "peak_rss_mb": 90.0});
+        let m = best(Some(a), b);
+        assert_eq!(m["prefill_tok_s"]["128"], 12.0);
+        assert_eq!(m["decode_tok_s"]["0"], 5.0);
+        assert_eq!(m["verify_ms"]["1"], 3.0);
+        assert_eq!(m["verify_ms"]["8"], 7.0);
+        assert_eq!(m["peak_rss_mb"], 100.0);
+    }
+
+    #[test]
+    fn word_sum_matches_a_plain_sum() {
+        let v: Vec<u64> = (0..1003).map(|i| i * 7919).collect();
+        assert_eq!(sum_words(&v), v.iter().sum::<u64>());
+    }
+
+    #[test]
+    fn json_parser_takes_the_last_object_line() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo noise; echo '{\"a\": 1}'"]);
+        assert_eq!(run_json(cmd, "sh").unwrap()["a"], 1);
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo only noise"]);
+        assert!(run_json(cmd, "sh").is_err());
+    }
+}
