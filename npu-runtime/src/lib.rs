@@ -7,6 +7,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod model_path;
 pub mod ops;
+pub mod qnn;
 pub mod schedule;
 pub mod session;
 pub mod weights;

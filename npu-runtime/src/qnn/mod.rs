@@ -1,0 +1,12 @@
+//! QNN HTP backend: our own bindings to Qualcomm's QNN C API, loaded at run time (see
+//! docs/qnn.md). On x86-64 the HTP library runs graphs in emulation; on a Snapdragon phone
+//! the same calls drive the NPU.
+
+pub mod error;
+pub mod ffi;
+pub mod graph;
+pub mod library;
+
+pub use error::{QnnError, QnnResult};
+pub use graph::{Context, DType, Graph, GraphBuilder, IoTensor, Param, TensorId};
+pub use library::{lib_dir, libs_present, runtime, QnnRuntime};
