@@ -6,6 +6,7 @@ use super::ops::{add_layer_norm, attend_row, gelu_in_place, mean_pool_normalize,
 use super::parallel::for_row_chunks;
 use super::weights::{self, BertWeights};
 use super::{BertConfig, BertError, WeightFormat};
+use crate::kernels::gemm_f32::{gemm_f32, GemmScratch};
 use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use std::path::Path;
 
@@ -38,6 +39,7 @@ pub struct BertWorkspace {
     /// One empty scratch slot per thread for operations that need none.
     unit: Vec<()>,
     matmul: MatmulScratch,
+    gemm: GemmScratch,
     lens: Vec<usize>,
     seq: usize,
 }
@@ -119,6 +121,7 @@ impl BertModel {
             scores: Vec::new(),
             unit: Vec::new(),
             matmul: MatmulScratch::new(MATMUL_ROWS, self.max_in_features()),
+            gemm: GemmScratch::new(self.pool.n_threads(), self.max_in_features()),
             lens: Vec::with_capacity(batch),
             seq: 0,
         };
@@ -142,6 +145,9 @@ impl BertModel {
             ws.inter.resize(rows * i, 0.0);
         }
         let threads = self.pool.n_threads();
+        if !ws.gemm.fits(threads, self.max_in_features()) {
+            ws.gemm = GemmScratch::new(threads, self.max_in_features());
+        }
         ws.unit.resize(threads, ());
         ws.scores.resize_with(threads, Vec::new);
         for s in &mut ws.scores {
@@ -267,6 +273,7 @@ impl BertModel {
             &mut ws.qkv[..rows * 3 * h],
             ws.unit.as_mut_slice(),
             &mut ws.matmul,
+            &ws.gemm,
             |_, _| {},
         );
         self.attention(ws, rows);
@@ -283,6 +290,7 @@ impl BertModel {
             &mut ws.proj[..rows * h],
             &mut ws.unit,
             &mut ws.matmul,
+            &ws.gemm,
             post_attn,
         );
         std::mem::swap(&mut ws.hidden, &mut ws.proj);
@@ -293,6 +301,7 @@ impl BertModel {
             &mut ws.inter[..rows * i],
             &mut ws.unit,
             &mut ws.matmul,
+            &ws.gemm,
             |_, out| gelu_in_place(out),
         );
         let hidden = &ws.hidden[..rows * h];
@@ -308,6 +317,7 @@ impl BertModel {
             &mut ws.proj[..rows * h],
             &mut ws.unit,
             &mut ws.matmul,
+            &ws.gemm,
             post_ffn,
         );
         std::mem::swap(&mut ws.hidden, &mut ws.proj);
@@ -315,6 +325,7 @@ impl BertModel {
 
     /// `y = lin(x)` (bias included) split over the pool, then `epilogue(first_row, y_rows)`
     /// on each task's rows.
+    #[allow(clippy::too_many_arguments)] // disjoint workspace fields, borrowed separately
     fn linear(
         &self,
         lin: &Linear,
@@ -322,6 +333,7 @@ impl BertModel {
         y: &mut [f32],
         unit: &mut [()],
         scratch: &mut MatmulScratch,
+        gemm: &GemmScratch,
         epilogue: impl Fn(usize, &mut [f32]) + Sync,
     ) {
         let (n, k) = (lin.out_features(), lin.in_features());
@@ -332,6 +344,11 @@ impl BertModel {
                 p.forward(&x[first * k..(first + rows) * k], out);
                 epilogue(first, out);
             }),
+            Linear::Gemm { w, bias } => {
+                let rows = x.len() / k;
+                gemm_f32(w, Some(bias), x, rows, y, gemm, pool);
+                for_row_chunks(pool, y, n, 1, unit, |first, out, _| epilogue(first, out));
+            }
             Linear::Simd { w, bias } => {
                 // The kernel parallelises over output features; bias and epilogue over rows.
                 for (xb, yb) in x.chunks(MATMUL_ROWS * k).zip(y.chunks_mut(MATMUL_ROWS * n)) {

@@ -9,7 +9,8 @@
 //! added last, whatever `MR`, row offset or thread split produced it: results are
 //! batch-invariant bit for bit.
 
-use crate::kernels::{detected, GgmlType, Isa, QMatrix};
+use crate::kernels::gemm_f32::{GemmIsa, PackedF32};
+use crate::kernels::{GgmlType, QMatrix};
 
 /// Output features per panel (one 64-byte cache line of f32).
 const NR: usize = 16;
@@ -105,12 +106,21 @@ impl PackedLinear {
     }
 }
 
-/// A dense layer on the best available path: the runtime's SIMD f32 matmul
-/// ([`crate::kernels::matmul`], AVX-512/AVX2 with FMA) when this CPU has one, otherwise the
-/// portable [`PackedLinear`] (the kernels' portable float path relies on `mul_add`, which is a
-/// slow library call on x86 builds without FMA).
+/// A dense layer on the best available path: Q8_0 weights on the runtime's int8 matmul, f32
+/// weights on the register-blocked GEMM when this CPU has FMA, otherwise the portable
+/// [`PackedLinear`] (the GEMM's scalar path relies on `mul_add`, which is a slow library call
+/// on x86 builds without FMA).
 pub(crate) enum Linear {
-    Simd { w: QMatrix, bias: Vec<f32> },
+    /// Quantized weights on the runtime's int8 matmul.
+    Simd {
+        w: QMatrix,
+        bias: Vec<f32>,
+    },
+    /// f32 weights on the register-blocked GEMM ([`crate::kernels::gemm_f32`]).
+    Gemm {
+        w: PackedF32,
+        bias: Vec<f32>,
+    },
     Packed(PackedLinear),
 }
 
@@ -150,14 +160,11 @@ impl Linear {
                 };
             }
         }
-        if detected() != Isa::Portable {
-            let bytes: Vec<u8> = weight.iter().flat_map(|w| w.to_le_bytes()).collect();
-            if let Ok(w) = QMatrix::from_ggml(GgmlType::F32, n, k, &bytes) {
-                return Linear::Simd {
-                    w,
-                    bias: bias.to_vec(),
-                };
-            }
+        if GemmIsa::detect() != GemmIsa::Scalar {
+            return Linear::Gemm {
+                w: PackedF32::new(weight, n, k),
+                bias: bias.to_vec(),
+            };
         }
         Linear::Packed(PackedLinear::new(weight, bias, n, k))
     }
@@ -165,6 +172,7 @@ impl Linear {
     pub fn out_features(&self) -> usize {
         match self {
             Linear::Simd { w, .. } => w.rows(),
+            Linear::Gemm { w, .. } => w.n(),
             Linear::Packed(p) => p.out_features(),
         }
     }
@@ -172,6 +180,7 @@ impl Linear {
     pub fn in_features(&self) -> usize {
         match self {
             Linear::Simd { w, .. } => w.cols(),
+            Linear::Gemm { w, .. } => w.k(),
             Linear::Packed(p) => p.in_features(),
         }
     }
@@ -258,6 +267,12 @@ mod tests {
         assert_eq!((lin.out_features(), lin.in_features()), (n, k));
         let mut y = vec![0.0; rows * n];
         match &lin {
+            Linear::Gemm { w, bias } => {
+                use crate::kernels::gemm_f32::{gemm_f32, GemmScratch};
+                let pool = ThreadPool::new(2);
+                let scratch = GemmScratch::new(2, k);
+                gemm_f32(w, Some(bias), &x, rows, &mut y, &scratch, &pool);
+            }
             Linear::Simd { w, bias } => {
                 let pool = ThreadPool::new(2);
                 matmul(w, &x, rows, &mut y, &mut MatmulScratch::new(rows, k), &pool);
