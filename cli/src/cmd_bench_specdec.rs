@@ -44,9 +44,13 @@ pub struct Args {
     /// we decode exactly the same token ids).
     #[arg(long)]
     prompt_tokens: Option<PathBuf>,
-    /// Token database to draft from (read; grows in memory with each finished prompt).
+    /// Token database to draft from (read, never written; default: start empty).
     #[arg(long)]
     db: Option<PathBuf>,
+    /// Do not add each finished answer to the in-memory token database (the
+    /// assistant keeps past answers as a draft source; by default the benchmark does too).
+    #[arg(long)]
+    no_conversation_db: bool,
     /// Verify-cost curve cache (JSON): read if present, else profiled and written.
     #[arg(long)]
     cost_curve: Option<PathBuf>,
@@ -56,6 +60,13 @@ pub struct Args {
     /// Verify this many tree rows every step instead of the cost-curve budget.
     #[arg(long)]
     fixed_budget: Option<usize>,
+    /// Rank draft nodes by the drafters' heuristic priors only (ablation of the
+    /// online-learned node acceptance).
+    #[arg(long)]
+    heuristic_ranking: bool,
+    /// Print each prompt's reference (`none`) output text to stderr.
+    #[arg(long)]
+    show_output: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -238,7 +249,20 @@ pub fn run(args: Args) -> Result<()> {
 
     // Modes take turns on each prompt so that load changes on a shared machine
     // spread over all modes instead of biasing whichever ran last.
-    let mut dbs: Vec<Option<TokenDb>> = modes.iter().map(|_| base_db.clone()).collect();
+    let mut dbs: Vec<Option<TokenDb>> = modes
+        .iter()
+        .map(|_| {
+            if args.no_conversation_db {
+                base_db.clone()
+            } else {
+                Some(
+                    base_db
+                        .clone()
+                        .unwrap_or_else(|| TokenDb::new(specdec::tokendb::DEFAULT_MAX_TOKENS)),
+                )
+            }
+        })
+        .collect();
     let mut gens: Vec<Generator> = modes
         .iter()
         .zip(&dbs)
@@ -247,9 +271,14 @@ pub fn run(args: Args) -> Result<()> {
                 cost_curve: Some(curve.clone()),
                 max_budget: args.max_verify,
                 fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
+                learned_ranking: !args.heuristic_ranking,
                 ..Default::default()
             };
-            Generator::new(mode, db.as_ref().map(|d| Arc::new(d.build_index())), cfg)
+            let sam = db
+                .as_ref()
+                .filter(|d| d.total_tokens() > 0)
+                .map(|d| Arc::new(d.build_index()));
+            Generator::new(mode, sam, cfg)
         })
         .collect();
     let mut results: Vec<ModeResult> = modes
@@ -268,21 +297,25 @@ pub fn run(args: Args) -> Result<()> {
             let (out, m) = gen
                 .generate(&mut session, prompt, args.max_tokens, &mut |_| {})
                 .with_context(|| format!("mode {} prompt {}", mode.name(), ids[i]))?;
-            if let Some(d) = dbs[k].as_mut() {
-                // A finished interaction joins the database (prompt and answer).
-                let mut doc = prompt.clone();
-                doc.extend(&out);
-                d.add(&doc);
-                gen.set_database(Some(Arc::new(d.build_index())));
+            if let Some(d) = dbs[k].as_mut().filter(|_| !args.no_conversation_db) {
+                // A finished answer joins the database, like the assistant's
+                // conversation database (answers only).
+                if !out.is_empty() {
+                    d.add(&out);
+                    gen.set_database(Some(Arc::new(d.build_index())));
+                }
             }
             if !args.json {
                 eprintln!(
-                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  (potential @16 {:.2}, @64 {:.2})",
+                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  batch {:.1}  (potential @4 {:.2}, @8 {:.2}, @16 {:.2}, @64 {:.2})",
                     mode.name(),
                     ids[i],
                     m.tokens,
                     m.ms_per_token(),
                     m.mean_accepted(),
+                    m.mean_budget(),
+                    m.potential_accepted(4),
+                    m.potential_accepted(8),
                     m.potential_accepted(16),
                     m.potential_accepted(64)
                 );
@@ -291,11 +324,22 @@ pub fn run(args: Args) -> Result<()> {
             results[k].outputs.push(out);
         }
     }
+    if args.show_output {
+        let f = graphs::gguf::GgufFile::open(&path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let tok = graphs::tokenizer::Tokenizer::from_gguf(&f)
+            .map_err(|e| anyhow::anyhow!("{}: tokenizer: {e}", path.display()))?;
+        for (id, out) in ids.iter().zip(&results[0].outputs) {
+            let text = tok.decode(out).unwrap_or_else(|e| format!("<{e}>"));
+            eprintln!("--- q{id} output:\n{text}\n---");
+        }
+    }
     for (r, g) in results.iter_mut().zip(&gens) {
         r.budgets = g.budgets_by_bucket();
     }
 
     let base_ms = results[0].metrics.ms_per_token();
+    let base_model_ms = results[0].metrics.modeled_ms_per_token();
     let mut table = String::new();
     table.push_str(&format!(
         "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {}.\n\n",
@@ -312,14 +356,19 @@ pub fn run(args: Args) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     ));
-    table.push_str("| mode | decode tok/s | ms/token | speedup | mean accepted | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @16 / @64 |\n");
-    table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    table.push_str("| mode | decode tok/s | ms/token | speedup | modeled speedup | mean accepted | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @4 / @8 / @16 / @64 |\n");
+    table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut jmodes = serde_json::Map::new();
     for r in &results {
         let m = &r.metrics;
         let (v, w, u) = m.shares();
         let speedup = if m.ms_per_token() > 0.0 {
             base_ms / m.ms_per_token()
+        } else {
+            0.0
+        };
+        let modeled = if m.modeled_ms_per_token() > 0.0 {
+            base_model_ms / m.modeled_ms_per_token()
         } else {
             0.0
         };
@@ -330,11 +379,12 @@ pub fn run(args: Args) -> Result<()> {
             .filter(|(a, b)| a != b)
             .count();
         table.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} |\n",
+            "| {} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2} | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} / {:.2} / {:.2} |\n",
             r.mode.name(),
             m.decode_tok_s(),
             m.ms_per_token(),
             speedup,
+            modeled,
             m.mean_accepted(),
             m.mean_budget(),
             100.0 * v,
@@ -343,6 +393,8 @@ pub fn run(args: Args) -> Result<()> {
             100.0 * m.overhead_share(),
             m.prefill_ms / m.runs.max(1) as f64,
             mismatches,
+            m.potential_accepted(4),
+            m.potential_accepted(8),
             m.potential_accepted(16),
             m.potential_accepted(64)
         ));
@@ -352,6 +404,7 @@ pub fn run(args: Args) -> Result<()> {
                 "decode_tok_s": m.decode_tok_s(),
                 "ms_per_token": m.ms_per_token(),
                 "speedup": speedup,
+                "modeled_speedup": modeled,
                 "mean_accepted": m.mean_accepted(),
                 "valid": v,
                 "wasted": w,
@@ -363,6 +416,8 @@ pub fn run(args: Args) -> Result<()> {
                 "steps": m.steps,
                 "tokens": m.tokens,
                 "budget_by_confidence": r.budgets,
+                "potential_accepted_4": m.potential_accepted(4),
+                "potential_accepted_8": m.potential_accepted(8),
                 "potential_accepted_16": m.potential_accepted(16),
                 "potential_accepted_64": m.potential_accepted(64),
             }),
@@ -372,6 +427,8 @@ pub fn run(args: Args) -> Result<()> {
         "\nmean accepted = tokens per verify step (accepted drafts + 1); valid/wasted/underutilized = \
          shares of verify rows used / rejected / left idle below the cost curve's saturation length; \
          draft overhead = drafting + tree building + budget bookkeeping as a share of decode time; \
+         modeled speedup = the same ratio with each step's verify time taken from the cost curve \
+         (cost of its padded batch) plus the measured drafting time, insensitive to load changes during the run; \
          potential @B = tokens per step had every step verified the best B rows of its draft tree \
          (measured against the actual output, independent of the cost curve).\n",
     );

@@ -140,15 +140,17 @@ impl CostCurve {
 }
 
 /// Number of confidence buckets (bucket 0: no drafts at all).
-pub const BUCKETS: usize = 7;
+pub const BUCKETS: usize = 8;
 
-/// Confidence bucket of a ranked trie: from the score of its best draft node.
+/// Confidence bucket of a ranked trie: from its own estimate of the tokens the best
+/// 8 draft rows would accept (the controller learns what each bucket really yields).
 pub fn bucket_of(tree: &DraftTree) -> usize {
     if tree.len() <= 1 {
         return 0;
     }
-    let s = tree.score_at_rank(1).clamp(0.0, 0.999);
-    1 + ((s * (BUCKETS - 1) as f32) as usize).min(BUCKETS - 2)
+    const EDGES: [f32; BUCKETS - 2] = [0.3, 0.6, 1.0, 1.6, 2.5, 4.0];
+    let e = tree.expected_accepted(9);
+    1 + EDGES.iter().take_while(|&&x| e >= x).count()
 }
 
 /// Learns accepted-tokens-per-budget per confidence bucket and picks budgets.

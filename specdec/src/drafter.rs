@@ -1,5 +1,8 @@
 //! Draft sources behind one trait, and the drafting modes compared by the benchmark.
 
+use crate::accept_model::{
+    feature, match_strength, prob_strength, KIND_CALIB, KIND_DB, KIND_EXT, KIND_PLD, KIND_SELF,
+};
 use crate::calibration::Calibration;
 use crate::extension::ExtensionStore;
 use crate::pld::{pld_lookup, PLD_MAX_NGRAM, PLD_NUM_PRED};
@@ -105,7 +108,13 @@ impl Drafter for PldDrafter {
     fn draft(&mut self, ctx: &[u32], tree: &mut DraftTree, _: u64) {
         if let Some((n, cont)) = pld_lookup(ctx, PLD_MAX_NGRAM, PLD_NUM_PRED) {
             let base = if n >= 2 { 0.5 } else { 0.3 };
-            tree.insert(cont, |d| base * 0.9f32.powi(d as i32), SRC_PLD);
+            tree.insert_feat(
+                0,
+                cont,
+                |d| base * 0.9f32.powi(d as i32),
+                |d| feature(KIND_PLD, n, d),
+                SRC_PLD,
+            );
         }
     }
     fn observe(&mut self, _: &[u32], _: Option<&Feedback<'_>>) {}
@@ -278,16 +287,31 @@ impl Drafter for SamDrafter {
                     self.calib
                         .chains(end, &self.cfg.calib_branch, depth, &mut |toks, probs| {
                             let mut acc = [0f32; 64];
+                            let mut st = [0u8; 64];
                             let mut s = cb;
                             for (d, &p) in probs.iter().enumerate().take(64) {
                                 s *= p * 0.97;
                                 acc[d] = s;
+                                st[d] = prob_strength(p) as u8;
                             }
-                            tree.insert(toks, |d| acc[d.min(63)], SRC_CALIB);
+                            tree.insert_feat(
+                                0,
+                                toks,
+                                |d| acc[d.min(63)],
+                                |d| feature(KIND_CALIB, st[d.min(63)] as usize, d),
+                                SRC_CALIB,
+                            );
                         });
                 }
                 let cont = self.own.continuation(end, depth);
-                tree.insert(cont, |d| base * 0.92f32.powi(d as i32), SRC_SELF);
+                let ms = match_strength(len);
+                tree.insert_feat(
+                    0,
+                    cont,
+                    |d| base * 0.92f32.powi(d as i32),
+                    |d| feature(KIND_SELF, ms, d),
+                    SRC_SELF,
+                );
             }
         }
         // Database: longest suffix of the context found in past text.
@@ -295,9 +319,12 @@ impl Drafter for SamDrafter {
             db.link_chain(self.db_match, &mut self.chain, self.cfg.db_branches);
             for &(len, end) in &self.chain {
                 let base = 0.8 * match_confidence(len);
-                tree.insert(
+                let ms = match_strength(len);
+                tree.insert_feat(
+                    0,
                     db.continuation(end, depth),
                     |d| base * 0.92f32.powi(d as i32),
+                    |d| feature(KIND_DB, ms, d),
                     SRC_DB,
                 );
             }
@@ -311,14 +338,32 @@ impl Drafter for SamDrafter {
                 let t = &seg.tokens;
                 let progress = (1..t.len()).rev().find(|&m| ctx.ends_with(&t[..m]));
                 if let Some(m) = progress {
-                    tree.insert(&t[m..], |d| 0.5 * 0.9f32.powi(d as i32), SRC_EXT);
+                    tree.insert_feat(
+                        0,
+                        &t[m..],
+                        |d| 0.5 * 0.9f32.powi(d as i32),
+                        |d| feature(KIND_EXT, 0, d),
+                        SRC_EXT,
+                    );
                 } else if root == seg.anchor {
-                    tree.insert(t, |d| 0.4 * 0.9f32.powi(d as i32), SRC_EXT);
+                    tree.insert_feat(
+                        0,
+                        t,
+                        |d| 0.4 * 0.9f32.powi(d as i32),
+                        |d| feature(KIND_EXT, 1, d),
+                        SRC_EXT,
+                    );
                 }
                 tree.nodes_with_token(seg.anchor, &mut self.found);
                 for &n in self.found.iter().take(4) {
                     let s0 = tree.node_score(n) * 0.5;
-                    tree.insert_below(n, t, |d| s0 * 0.9f32.powi(d as i32), SRC_EXT);
+                    tree.insert_feat(
+                        n,
+                        t,
+                        |d| s0 * 0.9f32.powi(d as i32),
+                        |d| feature(KIND_EXT, 2, d),
+                        SRC_EXT,
+                    );
                 }
             }
         }

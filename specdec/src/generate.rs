@@ -1,6 +1,7 @@
 //! The decode loop: draft, cut the tree at the budget, verify in one forward,
 //! accept the greedy path, commit its KV, stop at the first end-of-generation.
 
+use crate::accept_model::AcceptModel;
 use crate::budget::{bucket_of, BudgetController, CostCurve, DEFAULT_SIZES};
 use crate::drafter::{make_drafter, Drafter, Feedback, Mode};
 use crate::metrics::{Metrics, StopReason};
@@ -26,6 +27,9 @@ pub struct GenConfig {
     /// Verify-cost curve; profiled through the target on first use when None.
     pub cost_curve: Option<CostCurve>,
     pub profile_reps: usize,
+    /// Rank draft nodes by acceptance learned online per node feature (else by the
+    /// drafters' heuristic priors only).
+    pub learned_ranking: bool,
 }
 
 impl Default for GenConfig {
@@ -37,6 +41,7 @@ impl Default for GenConfig {
             fixed_budget: None,
             cost_curve: None,
             profile_reps: 3,
+            learned_ranking: true,
         }
     }
 }
@@ -56,6 +61,8 @@ pub struct Generator {
     cfg: GenConfig,
     drafter: Box<dyn Drafter + Send>,
     controller: Option<BudgetController>,
+    /// Learned acceptance of draft nodes, carried over between generations.
+    accept_model: AcceptModel,
     tree: DraftTree,
     pool: Vec<DraftTree>,
     evals: VecDeque<PendingEval>,
@@ -85,6 +92,7 @@ impl Generator {
             mode,
             drafter,
             controller,
+            accept_model: AcceptModel::default(),
             pool: Vec::new(),
             evals: VecDeque::with_capacity(MAX_PENDING_EVALS + 1),
             flat: FlatTree::default(),
@@ -208,7 +216,8 @@ impl Generator {
             let pending = *self.ctx.last().unwrap_or(&first);
             self.tree.reset(pending);
             self.drafter.draft(&self.ctx, &mut self.tree, step);
-            self.tree.rank();
+            self.tree
+                .rank(Some(&self.accept_model).filter(|_| self.cfg.learned_ranking));
             let bucket = bucket_of(&self.tree);
             let budget = match self.cfg.fixed_budget {
                 Some(b) => b,
@@ -259,6 +268,9 @@ impl Generator {
             target.commit(&self.path[..keep.max(1)])?;
 
             let rows = self.flat.len();
+            if let Some(c) = self.controller.as_ref() {
+                m.modeled_verify_ms += c.curve().cost(rows);
+            }
             m.steps += 1;
             m.step_tokens += self.emitted.len();
             m.verified_rows += rows;
@@ -319,6 +331,7 @@ impl Generator {
             let future = &self.ctx[e.start.min(self.ctx.len())..];
             let decided = e.tree.path_ranks(future, &mut self.ranks);
             if decided || finish || e.age as usize >= MAX_PENDING_EVALS {
+                e.tree.learn(future, &mut self.accept_model);
                 if let Some(c) = self.controller.as_mut() {
                     c.observe(e.bucket, &self.ranks);
                 }

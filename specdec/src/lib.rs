@@ -8,6 +8,7 @@
 //! of a [`Target`] and accepted greedily (`generate`), so the output equals
 //! greedy decoding token for token.
 
+pub mod accept_model;
 pub mod budget;
 pub mod calibration;
 pub mod drafter;

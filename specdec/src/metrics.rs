@@ -38,6 +38,9 @@ pub struct Metrics {
     /// Drafting, tree building and budget bookkeeping: the speculation overhead.
     pub draft_ms: f64,
     pub verify_ms: f64,
+    /// Verify time the cost curve predicts for the batches run (sum of
+    /// `cost(rows)` over steps): a load-independent view of decode time.
+    pub modeled_verify_ms: f64,
     /// One-off verify-cost profiling (not part of decode time).
     pub profile_ms: f64,
     pub budget_sum: usize,
@@ -85,6 +88,15 @@ impl Metrics {
         )
     }
 
+    /// Decode ms per token predicted by the cost curve, plus the measured drafting
+    /// time (so overhead counts in full).
+    pub fn modeled_ms_per_token(&self) -> f64 {
+        ratio(
+            self.modeled_verify_ms + self.draft_ms,
+            self.decode_tokens() as f64,
+        )
+    }
+
     /// Drafting overhead as a share of decode time.
     pub fn overhead_share(&self) -> f64 {
         ratio(self.draft_ms, self.decode_ms)
@@ -124,6 +136,7 @@ impl Metrics {
         self.decode_ms += o.decode_ms;
         self.draft_ms += o.draft_ms;
         self.verify_ms += o.verify_ms;
+        self.modeled_verify_ms += o.modeled_verify_ms;
         self.profile_ms += o.profile_ms;
         self.budget_sum += o.budget_sum;
         self.stop = o.stop;

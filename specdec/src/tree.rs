@@ -13,6 +13,26 @@ pub const SRC_CALIB: u8 = 4;
 pub const SRC_EXT: u8 = 8;
 pub const SRC_PLD: u8 = 16;
 
+use crate::accept_model::{
+    feature, AcceptModel, KIND_CALIB, KIND_DB, KIND_EXT, KIND_OTHER, KIND_PLD, KIND_SELF,
+};
+
+/// Features kept per node (distinct sources that proposed it).
+const FEATS: usize = 3;
+
+/// Generic feature of a source tag (strength 0), for inserts without their own.
+pub fn source_feature(source: u8, step: usize) -> u16 {
+    let kind = match source {
+        SRC_SELF => KIND_SELF,
+        SRC_DB => KIND_DB,
+        SRC_CALIB => KIND_CALIB,
+        SRC_EXT => KIND_EXT,
+        SRC_PLD => KIND_PLD,
+        _ => KIND_OTHER,
+    };
+    feature(kind, 0, step)
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Node {
     token: u32,
@@ -22,6 +42,27 @@ struct Node {
     first_child: i32,
     next_sibling: i32,
     sources: u8,
+    /// (feature, drafter's conditional prior) of each source that proposed it.
+    feats: [(u16, f32); FEATS],
+    nfeat: u8,
+    /// Estimated probability that the node is accepted (after `rank`).
+    est: f32,
+}
+
+impl Node {
+    fn add_feat(&mut self, f: u16, prior: f32) {
+        let n = self.nfeat as usize;
+        if let Some(e) = self.feats[..n].iter_mut().find(|e| e.0 == f) {
+            e.1 = e.1.max(prior);
+        } else if n < FEATS {
+            self.feats[n] = (f, prior);
+            self.nfeat += 1;
+        } else if let Some(e) = self.feats.iter_mut().min_by(|a, b| a.1.total_cmp(&b.1)) {
+            if prior > e.1 {
+                *e = (f, prior);
+            }
+        }
+    }
 }
 
 /// Trie of draft candidates rooted at the pending token.
@@ -131,6 +172,9 @@ impl DraftTree {
             first_child: -1,
             next_sibling: -1,
             sources: 0,
+            feats: [(0, 1.0); FEATS],
+            nfeat: 0,
+            est: 1.0,
         });
     }
 
@@ -162,7 +206,7 @@ impl DraftTree {
     /// clamped to be non-increasing along a path so that every cut by rank is a
     /// connected subtree. Returns the number of new nodes.
     pub fn insert(&mut self, seq: &[u32], score: impl Fn(usize) -> f32, source: u8) -> usize {
-        self.insert_below(0, seq, score, source)
+        self.insert_feat(0, seq, score, |d| source_feature(source, d), source)
     }
 
     /// Insert below an existing path of the trie given by tokens (after the root);
@@ -192,18 +236,47 @@ impl DraftTree {
         score: impl Fn(usize) -> f32,
         source: u8,
     ) -> usize {
+        self.insert_feat(start, seq, score, |d| source_feature(source, d), source)
+    }
+
+    /// Insert `seq` below node `start`, token i with prior path score `score(i)`
+    /// (relative to the whole path from the root) and feature `feat(i)` for the
+    /// learned acceptance model.
+    pub fn insert_feat(
+        &mut self,
+        start: usize,
+        seq: &[u32],
+        score: impl Fn(usize) -> f32,
+        feat: impl Fn(usize) -> u16,
+        source: u8,
+    ) -> usize {
         let mut n = start;
         let mut added = 0;
+        let mut prev = if start == 0 {
+            1.0
+        } else {
+            self.nodes[start].score
+        };
         for (i, &t) in seq.iter().enumerate() {
             if t == crate::sam::SEPARATOR || self.nodes[n].depth as usize >= self.max_depth {
                 break;
             }
-            let s = score(i).min(self.nodes[n].score);
+            let raw = score(i);
+            // The drafter's conditional guess: P(this token | the previous ones).
+            let cond = if prev > 0.0 {
+                (raw / prev).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            prev = raw;
+            let s = raw.min(self.nodes[n].score);
+            let f = feat(i);
             match self.child(n, t) {
                 Some(c) => {
                     let node = &mut self.nodes[c];
                     node.score = node.score.max(s);
                     node.sources |= source;
+                    node.add_feat(f, cond);
                     n = c;
                 }
                 None => {
@@ -212,7 +285,7 @@ impl DraftTree {
                     }
                     let id = self.nodes.len();
                     let parent = &self.nodes[n];
-                    let node = Node {
+                    let mut node = Node {
                         token: t,
                         parent: n as i32,
                         depth: parent.depth + 1,
@@ -220,7 +293,11 @@ impl DraftTree {
                         first_child: -1,
                         next_sibling: parent.first_child,
                         sources: source,
+                        feats: [(0, 0.0); FEATS],
+                        nfeat: 0,
+                        est: 0.0,
                     };
+                    node.add_feat(f, cond);
                     self.nodes.push(node);
                     self.nodes[n].first_child = id as i32;
                     n = id;
@@ -231,24 +308,36 @@ impl DraftTree {
         added
     }
 
-    /// Rank nodes by score (ties: shallower first, then older). Because scores never
-    /// increase along a path, every prefix of the ranking is a connected subtree.
-    pub fn rank(&mut self) {
-        // A raised child score could exceed its parent after a later merge; re-clamp
-        // top-down (parents precede children in id order).
+    /// Rank nodes by estimated acceptance probability (ties: shallower first, then
+    /// older): the product along the path of each node's conditional acceptance,
+    /// learned per feature by `model` (the drafters' priors when None). Conditionals
+    /// are at most 1, so estimates never increase along a path and every prefix of
+    /// the ranking is a connected subtree.
+    pub fn rank(&mut self, model: Option<&AcceptModel>) {
+        // Parents precede children in id order.
+        self.nodes[0].est = 1.0;
         for i in 1..self.nodes.len() {
             let p = self.nodes[i].parent as usize;
             if self.nodes[i].score > self.nodes[p].score {
                 self.nodes[i].score = self.nodes[p].score;
             }
+            let node = &self.nodes[i];
+            let cond = node.feats[..node.nfeat as usize]
+                .iter()
+                .map(|&(f, prior)| match model {
+                    Some(m) => m.p(f, prior),
+                    None => prior,
+                })
+                .fold(0.0f32, f32::max);
+            self.nodes[i].est = self.nodes[p].est * cond;
         }
         self.order.clear();
         self.order.extend(0..self.nodes.len() as u32);
         let nodes = &self.nodes;
         self.order.sort_by(|&a, &b| {
             let (na, nb) = (&nodes[a as usize], &nodes[b as usize]);
-            nb.score
-                .total_cmp(&na.score)
+            nb.est
+                .total_cmp(&na.est)
                 .then(na.depth.cmp(&nb.depth))
                 .then(a.cmp(&b))
         });
@@ -259,9 +348,45 @@ impl DraftTree {
         }
     }
 
-    /// Score of the node with rank r (after `rank`).
+    /// Expected accepted draft tokens if the best `budget` rows were verified: the
+    /// sum of the estimated acceptance of the ranked nodes after the root.
+    pub fn expected_accepted(&self, budget: usize) -> f32 {
+        let n = budget.min(self.order.len());
+        self.order[1.min(n)..n]
+            .iter()
+            .map(|&id| self.nodes[id as usize].est)
+            .sum()
+    }
+
+    /// Teach `model` from this trie once the true continuation `future` (tokens
+    /// after the root) is known: every child of a node on the true path is a trial,
+    /// a hit when it carries the next true token. Stops where `future` ends.
+    pub fn learn(&self, future: &[u32], model: &mut AcceptModel) {
+        let mut n = 0usize;
+        for &t in future {
+            let mut next = None;
+            let mut c = self.nodes[n].first_child;
+            while c >= 0 {
+                let node = &self.nodes[c as usize];
+                let hit = node.token == t;
+                for &(f, _) in &node.feats[..node.nfeat as usize] {
+                    model.observe(f, hit);
+                }
+                if hit {
+                    next = Some(c as usize);
+                }
+                c = node.next_sibling;
+            }
+            match next {
+                Some(c) => n = c,
+                None => return,
+            }
+        }
+    }
+
+    /// Estimated acceptance of the node with rank r (after `rank`).
     pub fn score_at_rank(&self, r: usize) -> f32 {
-        self.nodes[self.order[r] as usize].score
+        self.nodes[self.order[r] as usize].est
     }
 
     /// Cut the ranked tree at `budget` rows and flatten it in BFS order.
@@ -354,7 +479,7 @@ mod tests {
         assert_eq!(t.insert(&[1, 2, 4], |_| 0.5, SRC_DB), 1);
         assert_eq!(t.insert(&[1, 2, 3], |_| 0.1, SRC_CALIB), 0);
         assert_eq!(t.len(), 5);
-        t.rank();
+        t.rank(None);
         let f = flat_of(&t, 64);
         assert_eq!(f.tokens, vec![7, 1, 2, 3, 4]);
         assert_eq!(f.parents, vec![-1, 0, 1, 2, 2]);
@@ -368,7 +493,7 @@ mod tests {
         t.insert(&[1, 2, 3, 4], |d| 0.9f32.powi(d as i32 + 1), SRC_SELF);
         t.insert(&[5, 6], |d| 0.8f32.powi(d as i32 + 1), SRC_DB);
         t.insert(&[1, 9], |_| 0.95, SRC_CALIB); // scores clamp below parent 1
-        t.rank();
+        t.rank(None);
         for b in 1..=t.len() {
             let f = flat_of(&t, b);
             assert_eq!(f.len(), b);
@@ -399,7 +524,7 @@ mod tests {
         t.reset(0);
         t.insert(&[1, 2], |_| 0.9, SRC_SELF);
         t.insert(&[3], |_| 0.5, SRC_SELF);
-        t.rank();
+        t.rank(None);
         let f = flat_of(&t, 4);
         // rows: 0, 1, 3, 2  (BFS)
         assert_eq!(f.tokens, vec![0, 1, 3, 2]);
@@ -424,7 +549,7 @@ mod tests {
         t.reset(10);
         t.insert(&[11, 12, 13], |_| 0.9, SRC_SELF);
         t.insert(&[11, 20], |_| 0.5, SRC_SELF);
-        t.rank();
+        t.rank(None);
         let f = flat_of(&t, 5);
         assert_eq!(f.tokens, vec![10, 11, 12, 20, 13]);
         let mut path = Vec::new();
@@ -445,7 +570,7 @@ mod tests {
         t.reset(0);
         t.insert(&[1, 2, 3], |d| 0.9f32.powi(d as i32 + 1), SRC_SELF);
         t.insert(&[4], |_| 0.95, SRC_DB);
-        t.rank();
+        t.rank(None);
         let mut r = Vec::new();
         assert!(t.path_ranks(&[1, 2, 7], &mut r));
         assert_eq!(r.len(), 2);
@@ -464,5 +589,62 @@ mod tests {
         assert_eq!(t.len(), 3); // depth cap 2
         t.insert(&[5, 6, 7], |_| 0.9, SRC_SELF);
         assert_eq!(t.len(), 4); // node cap
+    }
+
+    #[test]
+    fn learn_counts_children_of_the_true_path() {
+        use crate::accept_model::{feature, KIND_DB, KIND_SELF};
+        let fa = |d| feature(KIND_SELF, 1, d);
+        let fb = |d| feature(KIND_DB, 1, d);
+        let mut t = DraftTree::new(64, 16);
+        t.reset(0);
+        t.insert_feat(0, &[1, 2, 3], |_| 0.9, fa, SRC_SELF);
+        t.insert_feat(0, &[1, 4], |_| 0.5, fb, SRC_DB);
+        t.insert_feat(0, &[5], |_| 0.5, fb, SRC_DB);
+        let mut m = AcceptModel::default();
+        t.learn(&[1, 2, 9, 9], &mut m);
+        // Root's children: 1 (both features, hit) and 5 (miss); 1's children:
+        // 2 (hit) and 4 (miss); 2's child 3 (miss); then the walk ends.
+        assert!((m.trials(fa(0)) - 1.0).abs() < 1e-6);
+        assert!((m.trials(fb(0)) - 2.0).abs() < 0.01); // decayed once
+        assert!((m.trials(fa(1)) - 1.0).abs() < 1e-6);
+        assert!((m.trials(fb(1)) - 1.0).abs() < 1e-6);
+        assert!((m.trials(fa(2)) - 1.0).abs() < 1e-6);
+        assert!(m.p(fa(1), 0.5) > 0.5 && m.p(fb(1), 0.5) < 0.5);
+        // A future that stops early records only what is known.
+        let mut m2 = AcceptModel::default();
+        t.learn(&[1], &mut m2);
+        assert_eq!(m2.trials(fa(1)), 0.0);
+    }
+
+    #[test]
+    fn learned_acceptance_reorders_and_estimates() {
+        use crate::accept_model::{feature, KIND_DB, KIND_SELF};
+        let fa = |d| feature(KIND_SELF, 2, d);
+        let fb = |d| feature(KIND_DB, 2, d);
+        let build = |t: &mut DraftTree| {
+            t.reset(0);
+            t.insert_feat(0, &[1, 2], |d| 0.8f32.powi(d as i32 + 1), fa, SRC_SELF);
+            t.insert_feat(0, &[3, 4], |d| 0.4f32.powi(d as i32 + 1), fb, SRC_DB);
+        };
+        let mut t = DraftTree::new(64, 16);
+        build(&mut t);
+        t.rank(None);
+        assert_eq!(flat_of(&t, 2).tokens, vec![0, 1]);
+        assert!((t.expected_accepted(3) - (0.8 + 0.64)).abs() < 1e-5);
+        // The database source turns out to be always right, self never.
+        let mut m = AcceptModel::default();
+        for _ in 0..200 {
+            t.learn(&[3, 4, 7], &mut m);
+        }
+        t.rank(Some(&m));
+        assert_eq!(flat_of(&t, 3).tokens, vec![0, 3, 4]);
+        assert!(t.expected_accepted(3) > 1.8);
+        for b in 1..=t.len() {
+            let f = flat_of(&t, b);
+            for i in 1..f.len() {
+                assert!(f.parents[i] >= 0 && (f.parents[i] as usize) < i);
+            }
+        }
     }
 }
