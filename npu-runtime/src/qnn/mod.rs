@@ -2,11 +2,18 @@
 //! docs/qnn.md). On x86-64 the HTP library runs graphs in emulation; on a Snapdragon phone
 //! the same calls drive the NPU.
 
+pub mod backend;
+pub mod cache;
+pub mod driver;
 pub mod error;
 pub mod ffi;
 pub mod graph;
 pub mod library;
+pub mod lower;
 
+pub use backend::{QnnBackend, QnnGraph, QnnTimes};
+pub use cache::BinaryCache;
+pub use driver::{generate_greedy, BlockRunner, RunnerStats};
 pub use error::{QnnError, QnnResult};
 pub use graph::{Context, DType, Graph, GraphBuilder, IoTensor, Param, TensorId};
 pub use library::{lib_dir, libs_present, runtime, QnnRuntime};

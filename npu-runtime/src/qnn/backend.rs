@@ -1,0 +1,415 @@
+//! [`QnnBackend`]: the runtime's [`Backend`] on the QNN HTP. compile = lower + finalize +
+//! serialize (or read the cached context binary); load = contextCreateFromBinary; unload =
+//! contextFree; execute = host staging (fp16 conversion, mask, RoPE tables, past KV) and
+//! graphExecute, then the new K/V rows go back into the host cache.
+
+use super::cache::{entry_key, file_hash, BinaryCache, CachedGraph};
+use super::error::QnnError;
+use super::graph::{Context, Graph, IoTensor};
+use super::library::runtime;
+use super::lower::{build_block, MASK_HIDDEN};
+use crate::backend::{Backend, BlockIo, GraphStats, LogitsRows};
+use crate::error::{Result, RuntimeError};
+use crate::session::Model;
+use graphs::ir::{BlockSpec, GraphShape};
+use half::f16;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// QNN-specific timings of one graph, beyond [`GraphStats`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QnnTimes {
+    /// Lowering (weights to fp16, graph construction).
+    pub build: Duration,
+    pub finalize: Duration,
+    pub serialize: Duration,
+    /// Reading a cached binary (when the compile was a cache hit).
+    pub cache_read: Duration,
+    pub cache_hit: bool,
+    /// Last contextCreateFromBinary + graphRetrieve.
+    pub load: Duration,
+    /// Last contextFree.
+    pub free: Duration,
+    pub binary_bytes: usize,
+}
+
+pub struct QnnBackend {
+    model: Arc<Model>,
+    kv_capacity: usize,
+    model_hash: u64,
+    cache: Option<BinaryCache>,
+    /// cos/sin per position, `[kv_capacity][head_dim / 2]`.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+struct Loaded {
+    // Field order matters: the graph handle dies before its context.
+    graph: Graph,
+    _ctx: Context,
+    in_bufs: Vec<Vec<u8>>,
+    out_bufs: Vec<Vec<u8>>,
+    row: Vec<f32>,
+}
+
+pub struct QnnGraph {
+    block: BlockSpec,
+    shape: GraphShape,
+    name: String,
+    binary: Arc<CachedGraph>,
+    loaded: Option<Loaded>,
+    stats: GraphStats,
+    times: QnnTimes,
+}
+
+impl QnnGraph {
+    pub fn times(&self) -> QnnTimes {
+        self.times
+    }
+
+    pub fn inputs(&self) -> &[IoTensor] {
+        &self.binary.inputs
+    }
+
+    pub fn outputs(&self) -> &[IoTensor] {
+        &self.binary.outputs
+    }
+}
+
+impl QnnBackend {
+    /// A backend for graphs with up to `kv_capacity` KV slots. Fails with the fetch command
+    /// when the HTP libraries are absent. `cache`: where context binaries are kept (None:
+    /// always compile).
+    pub fn new(model: Arc<Model>, kv_capacity: usize, cache: Option<BinaryCache>) -> Result<Self> {
+        runtime()?;
+        let c = model.config();
+        if c.head_dim % 2 != 0 || c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0 {
+            return Err(RuntimeError::Backend(format!(
+                "unsupported head layout: {} heads, {} KV heads, head_dim {}",
+                c.n_head, c.n_head_kv, c.head_dim
+            )));
+        }
+        let model_hash = if cache.is_some() {
+            file_hash(model.path())?
+        } else {
+            0
+        };
+        let half = c.head_dim / 2;
+        let mut cos = Vec::with_capacity(kv_capacity * half);
+        let mut sin = Vec::with_capacity(kv_capacity * half);
+        // Same frequencies and f64 evaluation as the CPU RopeTable.
+        for p in 0..kv_capacity {
+            for i in 0..half {
+                let inv = f64::from(c.rope_theta).powf(-2.0 * i as f64 / c.head_dim as f64);
+                let a = p as f64 * inv;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        Ok(QnnBackend {
+            model,
+            kv_capacity,
+            model_hash,
+            cache,
+            cos,
+            sin,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn times(&self, g: &QnnGraph) -> QnnTimes {
+        g.times
+    }
+
+    fn build(
+        &self,
+        name: &str,
+        block: &BlockSpec,
+        shape: GraphShape,
+        times: &mut QnnTimes,
+    ) -> Result<CachedGraph> {
+        let t0 = Instant::now();
+        let ctx = Context::new()?;
+        let mut b = ctx.build(name)?;
+        build_block(&mut b, &self.model, block, shape)?;
+        times.build = t0.elapsed();
+        let t1 = Instant::now();
+        let graph = b.finalize()?;
+        times.finalize = t1.elapsed();
+        let t2 = Instant::now();
+        let binary = ctx.binary()?;
+        times.serialize = t2.elapsed();
+        let (inputs, outputs) = (graph.inputs().to_vec(), graph.outputs().to_vec());
+        drop(graph);
+        drop(ctx);
+        Ok(CachedGraph {
+            binary,
+            inputs,
+            outputs,
+        })
+    }
+}
+
+fn to_f16(src: &[f32], dst: &mut [u8]) {
+    for (x, o) in src.iter().zip(dst.chunks_exact_mut(2)) {
+        o.copy_from_slice(&f16::from_f32(*x).to_le_bytes());
+    }
+}
+
+fn from_f16(src: &[u8], dst: &mut [f32]) {
+    for (c, o) in src.chunks_exact(2).zip(dst.iter_mut()) {
+        *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+    }
+}
+
+impl Backend for QnnBackend {
+    type Graph = QnnGraph;
+
+    fn name(&self) -> &'static str {
+        "qnn-htp"
+    }
+
+    fn compile(&self, block: &BlockSpec, shape: GraphShape) -> Result<QnnGraph> {
+        let t0 = Instant::now();
+        let n_layer = self.model.config().n_layer;
+        if block.layers.is_empty() || block.layers.end > n_layer {
+            return Err(RuntimeError::Backend(format!(
+                "block layers {:?} outside the model's {n_layer} layers",
+                block.layers
+            )));
+        }
+        if shape.tokens == 0 || shape.tokens > 4096 || shape.kv_capacity == 0 {
+            return Err(RuntimeError::Backend(format!("bad graph shape {shape:?}")));
+        }
+        if shape.kv_capacity > self.kv_capacity {
+            return Err(RuntimeError::Backend(format!(
+                "graph KV capacity {} exceeds the backend's {}",
+                shape.kv_capacity, self.kv_capacity
+            )));
+        }
+        let name = format!(
+            "b{}_{}_t{}_c{}",
+            block.layers.start, block.layers.end, shape.tokens, shape.kv_capacity
+        );
+        let mut times = QnnTimes::default();
+        let key = entry_key(self.model_hash, block, shape, runtime()?.build_id());
+        let cached = self.cache.as_ref().and_then(|c| c.get(&key));
+        let binary = match cached {
+            Some(g) => {
+                times.cache_hit = true;
+                times.cache_read = t0.elapsed();
+                g
+            }
+            None => {
+                let g = self.build(&name, block, shape, &mut times)?;
+                if let Some(c) = &self.cache {
+                    // A failed cache write only costs a recompile next time.
+                    if let Err(e) = c.put(&key, &g) {
+                        tracing::warn!("{e}");
+                    }
+                }
+                g
+            }
+        };
+        times.binary_bytes = binary.binary.len();
+        Ok(QnnGraph {
+            block: block.clone(),
+            shape,
+            name,
+            binary: Arc::new(binary),
+            loaded: None,
+            stats: GraphStats {
+                compile: t0.elapsed(),
+                ..GraphStats::default()
+            },
+            times,
+        })
+    }
+
+    fn load(&self, g: &mut QnnGraph) -> Result<()> {
+        if g.loaded.is_some() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let ctx = Context::from_binary(&g.binary.binary)?;
+        let graph = ctx.graph(&g.name, g.binary.inputs.clone(), g.binary.outputs.clone())?;
+        let in_bufs = g
+            .binary
+            .inputs
+            .iter()
+            .map(|t| vec![0u8; t.bytes()])
+            .collect();
+        let out_bufs = g
+            .binary
+            .outputs
+            .iter()
+            .map(|t| vec![0u8; t.bytes()])
+            .collect();
+        let c = self.model.config();
+        g.loaded = Some(Loaded {
+            graph,
+            _ctx: ctx,
+            in_bufs,
+            out_bufs,
+            row: vec![0.0; c.n_embd.max(c.n_head_kv * c.head_dim).max(c.vocab_size)],
+        });
+        g.times.load = t0.elapsed();
+        g.stats.load = g.times.load;
+        Ok(())
+    }
+
+    fn unload(&self, g: &mut QnnGraph) {
+        let t0 = Instant::now();
+        g.loaded = None;
+        g.times.free = t0.elapsed();
+    }
+
+    fn is_loaded(&self, g: &QnnGraph) -> bool {
+        g.loaded.is_some()
+    }
+
+    fn stats(&self, g: &QnnGraph) -> GraphStats {
+        g.stats
+    }
+
+    fn block<'g>(&self, g: &'g QnnGraph) -> &'g BlockSpec {
+        &g.block
+    }
+
+    fn shape(&self, g: &QnnGraph) -> GraphShape {
+        g.shape
+    }
+
+    fn execute(&self, g: &mut QnnGraph, io: BlockIo<'_>) -> Result<()> {
+        let t0 = Instant::now();
+        let c = self.model.config();
+        let (t, cap) = (g.shape.tokens, g.shape.kv_capacity);
+        let e = c.n_embd;
+        let half = c.head_dim / 2;
+        let kv_dim = c.n_head_kv * c.head_dim;
+        let n = io.mask.n_valid();
+        let l = g
+            .loaded
+            .as_mut()
+            .ok_or_else(|| RuntimeError::Backend("graph executed before load".into()))?;
+        if n == 0 || n > t || io.tokens.len() < t || io.hidden.len() < t * e {
+            return Err(RuntimeError::Backend(format!(
+                "batch of {n} rows does not fit a graph of {t} tokens"
+            )));
+        }
+        if io.n_past + n > cap.min(io.kv.capacity()) {
+            return Err(RuntimeError::Capacity(format!(
+                "{} past + {n} new tokens exceed the KV capacity {}",
+                io.n_past,
+                cap.min(io.kv.capacity())
+            )));
+        }
+        let mut inp = l.in_bufs.iter_mut();
+        let mut next = || {
+            inp.next()
+                .ok_or_else(|| QnnError::Invalid("graph has too few inputs".into()))
+        };
+        // Tokens or hidden states.
+        let first = next()?;
+        if g.block.first {
+            for (o, &tok) in first.chunks_exact_mut(4).zip(&io.tokens[..t]) {
+                // Padding / invalid ids read row 0; the mask keeps those rows inert.
+                let id = if (tok as usize) < c.vocab_size {
+                    tok as i32
+                } else {
+                    0
+                };
+                o.copy_from_slice(&id.to_le_bytes());
+            }
+        } else {
+            to_f16(&io.hidden[..t * e], first);
+        }
+        // RoPE tables for each row's position.
+        let (cos, sin) = (next()?, next()?);
+        for i in 0..t {
+            let pos = io.n_past + if i < n { io.mask.depth(i) } else { 0 };
+            if pos >= self.kv_capacity {
+                return Err(RuntimeError::Capacity(format!(
+                    "position {pos} beyond the RoPE table"
+                )));
+            }
+            let r = pos * half..(pos + 1) * half;
+            to_f16(
+                &self.cos[r.clone()],
+                &mut cos[i * half * 2..(i + 1) * half * 2],
+            );
+            to_f16(&self.sin[r], &mut sin[i * half * 2..(i + 1) * half * 2]);
+        }
+        // Mask: committed slots visible, other cache slots hidden, new rows by the batch mask.
+        let mask = next()?;
+        let hidden = f16::from_f32(MASK_HIDDEN).to_le_bytes();
+        let zero = f16::from_f32(0.0).to_le_bytes();
+        let w = cap + t;
+        for i in 0..t {
+            let row = &mut mask[i * w * 2..(i + 1) * w * 2];
+            for (j, m) in row.chunks_exact_mut(2).enumerate() {
+                m.copy_from_slice(if j < io.n_past { &zero } else { &hidden });
+            }
+            if i < n {
+                for &j in io.mask.visible(i) {
+                    let col = cap + j as usize;
+                    row[col * 2..col * 2 + 2].copy_from_slice(&zero);
+                }
+            } else {
+                row[(cap + i) * 2..(cap + i) * 2 + 2].copy_from_slice(&zero);
+            }
+        }
+        // Past K/V of each layer: committed slots, zeros beyond.
+        for layer in g.block.layers.clone() {
+            let (kc, vc) = io.kv.layer(layer, io.n_past);
+            for src in [kc, vc] {
+                let dst = next()?;
+                let used = src.len() * 2;
+                to_f16(src, &mut dst[..used]);
+                dst[used..cap * kv_dim * 2].fill(0);
+            }
+        }
+        {
+            let ins: Vec<&[u8]> = l.in_bufs.iter().map(|b| b.as_slice()).collect();
+            let mut outs: Vec<&mut [u8]> =
+                l.out_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            l.graph.execute(&ins, &mut outs)?;
+        }
+        // New K/V rows into the host cache.
+        let row = &mut l.row;
+        for (li, layer) in g.block.layers.clone().enumerate() {
+            let (ko, vo) = (&l.out_bufs[2 * li], &l.out_bufs[2 * li + 1]);
+            for i in 0..n {
+                let (k, v) = row.split_at_mut(kv_dim);
+                from_f16(&ko[i * kv_dim * 2..(i + 1) * kv_dim * 2], &mut k[..kv_dim]);
+                from_f16(&vo[i * kv_dim * 2..(i + 1) * kv_dim * 2], &mut v[..kv_dim]);
+                io.kv
+                    .write(layer, io.n_past + i, &k[..kv_dim], &v[..kv_dim]);
+            }
+        }
+        let out = &l.out_bufs[2 * g.block.layers.len()];
+        if g.block.last {
+            let v = c.vocab_size;
+            let (first_row, rows) = match io.logits_rows {
+                LogitsRows::Last => (n - 1, 1),
+                LogitsRows::All => (0, n),
+            };
+            if io.logits.len() < rows * v {
+                return Err(RuntimeError::Backend("logits buffer too small".into()));
+            }
+            from_f16(
+                &out[first_row * v * 2..(first_row + rows) * v * 2],
+                &mut io.logits[..rows * v],
+            );
+        } else {
+            from_f16(&out[..t * e * 2], &mut io.hidden[..t * e]);
+        }
+        g.stats.last_execute = t0.elapsed();
+        g.stats.total_execute += g.stats.last_execute;
+        g.stats.executions += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,382 @@
+//! Lowering one block of transformer layers to a QNN graph (fp16 weights and activations).
+//!
+//! Graph I/O for a block at shape (T tokens, C KV slots), in creation order:
+//! - inputs: token ids `i32 [T]` (first block) or hidden `f16 [T, E]`; RoPE `cos`, `sin`
+//!   `f16 [T, D/2]` for each row's position; the additive attention mask `f16 [T, C + T]`
+//!   (columns `0..C` are cache slots, `C + j` is this run's row j); then per layer the past
+//!   K and V `f16 [C, Hkv*D]` (the host cache, slot-major).
+//! - outputs: per layer the new rows' K (after RoPE) and V `f16 [T, Hkv*D]`, which the host
+//!   writes into its cache; then logits `f16 [T, vocab]` (last block) or hidden `f16 [T, E]`.
+//!
+//! The host owns the KV cache and the mask, so one graph serves causal prefill chunks,
+//! single-token decode and tree verification alike.
+//!
+//! Llama GGUF weights rotate adjacent pairs (2i, 2i+1). We permute the rows of Wq/Wk (and
+//! their biases) inside each head to the halves layout (i, i + D/2) so RoPE is two slices
+//! and a concat; dot products q.k are unchanged, but cached K rows are in the permuted
+//! order (the cache of a QNN session is only read by QNN graphs). The attention scale
+//! 1/sqrt(D) is folded into Wq and bq.
+
+use super::error::QnnResult;
+use super::ffi::Scalar;
+use super::graph::{DType, GraphBuilder, Param, TensorId};
+use crate::kernels::QMatrix;
+use crate::session::Model;
+use graphs::config::RopeStyle;
+use graphs::ir::{BlockSpec, GraphShape};
+use half::f16;
+
+/// Mask value for hidden slots: large enough to zero the softmax weight in fp16, small
+/// enough that score + mask stays finite.
+pub const MASK_HIDDEN: f32 = -30000.0;
+
+/// Bumped whenever the lowering changes, so cached context binaries are rebuilt.
+pub const LOWERING_VERSION: u32 = 1;
+
+fn f16_bytes(v: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    v.into_iter()
+        .flat_map(|x| f16::from_f32(x).to_le_bytes())
+        .collect()
+}
+
+/// Row permutation of one head for the halves RoPE layout (identity for Neox models).
+fn head_perm(d: usize, style: RopeStyle) -> Vec<usize> {
+    match style {
+        RopeStyle::Neox => (0..d).collect(),
+        RopeStyle::Normal => (0..d)
+            .map(|j| {
+                if j < d / 2 {
+                    2 * j
+                } else {
+                    2 * (j - d / 2) + 1
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Dequantizes a matrix to fp16 bytes `[rows, cols]`, taking rows in `order` (all rows
+/// when `None`) and multiplying by `scale`.
+fn matrix_f16(m: &QMatrix, order: Option<&[usize]>, scale: f32) -> Vec<u8> {
+    let (rows, cols) = (m.rows(), m.cols());
+    let mut row = vec![0f32; cols];
+    let mut out = Vec::with_capacity(rows * cols * 2);
+    for r in 0..rows {
+        let src = order.map_or(r, |o| o[r]);
+        m.dequantize_row(src, &mut row);
+        out.extend(
+            row.iter()
+                .flat_map(|x| f16::from_f32(x * scale).to_le_bytes()),
+        );
+    }
+    out
+}
+
+/// Row order for Wq/Wk with `n_heads` heads of `d`.
+fn qk_order(n_heads: usize, d: usize, style: RopeStyle) -> Vec<usize> {
+    let p = head_perm(d, style);
+    (0..n_heads * d).map(|r| (r / d) * d + p[r % d]).collect()
+}
+
+struct Lower<'g, 'c> {
+    g: &'g mut GraphBuilder<'c>,
+}
+
+impl Lower<'_, '_> {
+    fn native(&mut self, dims: &[u32]) -> QnnResult<TensorId> {
+        self.g.native(DType::F16, dims)
+    }
+
+    fn op(
+        &mut self,
+        op: &str,
+        ins: &[TensorId],
+        dims: &[u32],
+        params: Vec<Param<'_>>,
+    ) -> QnnResult<TensorId> {
+        let o = self.native(dims)?;
+        self.g.node(op, ins, &[o], params)?;
+        Ok(o)
+    }
+
+    fn binary(&mut self, op: &str, a: TensorId, b: TensorId) -> QnnResult<TensorId> {
+        let dims = self.g.dims(a).to_vec();
+        self.op(op, &[a, b], &dims, vec![])
+    }
+
+    fn reshape(&mut self, x: TensorId, dims: &[u32]) -> QnnResult<TensorId> {
+        self.op("Reshape", &[x], dims, vec![])
+    }
+
+    fn transpose(&mut self, x: TensorId, perm: &[u32]) -> QnnResult<TensorId> {
+        let d = self.g.dims(x).to_vec();
+        let out: Vec<u32> = perm.iter().map(|&p| d[p as usize]).collect();
+        self.op("Transpose", &[x], &out, vec![Param::u32s("perm", perm)])
+    }
+
+    fn concat(&mut self, a: TensorId, b: TensorId, axis: usize) -> QnnResult<TensorId> {
+        let mut d = self.g.dims(a).to_vec();
+        d[axis] += self.g.dims(b)[axis];
+        self.op(
+            "Concat",
+            &[a, b],
+            &d,
+            vec![Param::Scalar("axis", Scalar::u32(axis as u32))],
+        )
+    }
+
+    /// `x[..., lo..hi]` on the last axis.
+    fn slice_last(&mut self, x: TensorId, lo: u32, hi: u32) -> QnnResult<TensorId> {
+        let d = self.g.dims(x).to_vec();
+        let mut ranges: Vec<[i32; 3]> = d.iter().map(|&n| [0, n as i32, 1]).collect();
+        let last = d.len() - 1;
+        ranges[last] = [lo as i32, hi as i32, 1];
+        let mut out = d.clone();
+        out[last] = hi - lo;
+        self.op(
+            "StridedSlice",
+            &[x],
+            &out,
+            vec![Param::ranges("ranges", &ranges)],
+        )
+    }
+
+    fn rms_norm(&mut self, x: TensorId, w: &[f32], eps: f32) -> QnnResult<TensorId> {
+        let dims = self.g.dims(x).to_vec();
+        let gamma = self
+            .g
+            .constant(DType::F16, &[w.len() as u32], f16_bytes(w.iter().copied()))?;
+        self.op(
+            "RmsNorm",
+            &[x, gamma],
+            &dims,
+            vec![
+                Param::Scalar("epsilon", Scalar::f32(eps)),
+                Param::u32s("axes", &[dims.len() as u32 - 1]),
+            ],
+        )
+    }
+
+    /// `x [T, in] -> [T, out]` with fp16 weights `[out, in]` and optional bias.
+    fn linear(
+        &mut self,
+        x: TensorId,
+        w: Vec<u8>,
+        out: usize,
+        bias: Option<Vec<u8>>,
+        dst: Option<TensorId>,
+    ) -> QnnResult<TensorId> {
+        let t = self.g.dims(x)[0];
+        let inp = self.g.dims(x)[1];
+        let wt = self.g.constant(DType::F16, &[out as u32, inp], w)?;
+        let mut ins = vec![x, wt];
+        if let Some(b) = bias {
+            ins.push(self.g.constant(DType::F16, &[out as u32], b)?);
+        }
+        let o = match dst {
+            Some(o) => o,
+            None => self.native(&[t, out as u32])?,
+        };
+        self.g.node("FullyConnected", &ins, &[o], vec![])?;
+        Ok(o)
+    }
+
+    /// RoPE in the halves layout on `x [T, heads, D]` with `cos`/`sin [T, 1, D/2]`.
+    fn rope(&mut self, x: TensorId, cos: TensorId, sin: TensorId) -> QnnResult<TensorId> {
+        let d = self.g.dims(x)[2];
+        let x1 = self.slice_last(x, 0, d / 2)?;
+        let x2 = self.slice_last(x, d / 2, d)?;
+        let a = self.binary("ElementWiseMultiply", x1, cos)?;
+        let b = self.binary("ElementWiseMultiply", x2, sin)?;
+        let lo = self.binary("ElementWiseSubtract", a, b)?;
+        let c = self.binary("ElementWiseMultiply", x2, cos)?;
+        let e = self.binary("ElementWiseMultiply", x1, sin)?;
+        let hi = self.binary("ElementWiseAdd", c, e)?;
+        self.concat(lo, hi, 2)
+    }
+}
+
+/// Builds the block graph into `g` (not finalized).
+pub fn build_block(
+    g: &mut GraphBuilder<'_>,
+    model: &Model,
+    block: &BlockSpec,
+    shape: GraphShape,
+) -> QnnResult<()> {
+    let c = model.config();
+    let w = model.weights();
+    let (t, cap) = (shape.tokens as u32, shape.kv_capacity as u32);
+    let (e, d) = (c.n_embd as u32, c.head_dim as u32);
+    let (nh, nkv) = (c.n_head as u32, c.n_head_kv as u32);
+    let group = nh / nkv;
+    let kv_dim = nkv * d;
+    let mut l = Lower { g };
+
+    // Inputs.
+    let mut x = if block.first {
+        let ids = l.g.input(DType::I32, &[t])?;
+        let embd = l.g.constant(
+            DType::F16,
+            &[c.vocab_size as u32, e],
+            matrix_f16(&w.token_embd, None, 1.0),
+        )?;
+        l.op(
+            "Gather",
+            &[embd, ids],
+            &[t, e],
+            vec![Param::Scalar("axis", Scalar::i32(0))],
+        )?
+    } else {
+        l.g.input(DType::F16, &[t, e])?
+    };
+    let cos_in = l.g.input(DType::F16, &[t, d / 2])?;
+    let sin_in = l.g.input(DType::F16, &[t, d / 2])?;
+    let mask = l.g.input(DType::F16, &[t, cap + t])?;
+    let mut past = Vec::new();
+    for _ in block.layers.clone() {
+        let k = l.g.input(DType::F16, &[cap, kv_dim])?;
+        let v = l.g.input(DType::F16, &[cap, kv_dim])?;
+        past.push((k, v));
+    }
+    // Outputs, created up front so their order is fixed.
+    let mut new_kv = Vec::new();
+    for _ in block.layers.clone() {
+        let k = l.g.output(DType::F16, &[t, kv_dim])?;
+        let v = l.g.output(DType::F16, &[t, kv_dim])?;
+        new_kv.push((k, v));
+    }
+    let out = if block.last {
+        l.g.output(DType::F16, &[t, c.vocab_size as u32])?
+    } else {
+        l.g.output(DType::F16, &[t, e])?
+    };
+
+    let cos = l.reshape(cos_in, &[t, 1, d / 2])?;
+    let sin = l.reshape(sin_in, &[t, 1, d / 2])?;
+    let q_order = qk_order(c.n_head, c.head_dim, c.rope_style);
+    let k_order = qk_order(c.n_head_kv, c.head_dim, c.rope_style);
+    let scale = 1.0 / (c.head_dim as f32).sqrt();
+    let n_layers = block.layers.len();
+
+    for (li, layer) in block.layers.clone().enumerate() {
+        let lw = &w.layers[layer];
+        let xn = l.rms_norm(x, &lw.attn_norm, c.rms_eps)?;
+        let bias = |b: &Option<Vec<f32>>, order: Option<&[usize]>, s: f32| {
+            b.as_ref()
+                .map(|b| f16_bytes((0..b.len()).map(|i| b[order.map_or(i, |o| o[i])] * s)))
+        };
+        let q = l.linear(
+            xn,
+            matrix_f16(&lw.wq, Some(&q_order), scale),
+            (nh * d) as usize,
+            bias(&lw.bq, Some(&q_order), scale),
+            None,
+        )?;
+        let k = l.linear(
+            xn,
+            matrix_f16(&lw.wk, Some(&k_order), 1.0),
+            kv_dim as usize,
+            bias(&lw.bk, Some(&k_order), 1.0),
+            None,
+        )?;
+        let v = l.linear(
+            xn,
+            matrix_f16(&lw.wv, None, 1.0),
+            kv_dim as usize,
+            bias(&lw.bv, None, 1.0),
+            None,
+        )?;
+        let q3 = l.reshape(q, &[t, nh, d])?;
+        let k3 = l.reshape(k, &[t, nkv, d])?;
+        let v3 = l.reshape(v, &[t, nkv, d])?;
+        let q_rot = l.rope(q3, cos, sin)?;
+        let k_rot = l.rope(k3, cos, sin)?;
+        // New K/V rows for the host cache.
+        let (k_out, v_out) = new_kv[li];
+        l.g.node("Reshape", &[k_rot], &[k_out], vec![])?;
+        l.g.node("Reshape", &[v], &[v_out], vec![])?;
+        // Keys and values: past slots then this run's rows, per KV head.
+        let (kp, vp) = past[li];
+        let kp3 = l.reshape(kp, &[cap, nkv, d])?;
+        let vp3 = l.reshape(vp, &[cap, nkv, d])?;
+        let k_all = l.concat(kp3, k_rot, 0)?;
+        let v_all = l.concat(vp3, v3, 0)?;
+        let k_h = l.transpose(k_all, &[1, 0, 2])?; // [Hkv, C+T, D]
+        let v_h = l.transpose(v_all, &[1, 0, 2])?;
+        let q_h = l.transpose(q_rot, &[1, 0, 2])?; // [H, T, D]
+        let q_g = l.reshape(q_h, &[nkv, group * t, d])?;
+        let s = l.op(
+            "MatMul",
+            &[q_g, k_h],
+            &[nkv, group * t, cap + t],
+            vec![
+                Param::Scalar("transpose_in0", Scalar::bool8(false)),
+                Param::Scalar("transpose_in1", Scalar::bool8(true)),
+            ],
+        )?;
+        let s_h = l.reshape(s, &[nh, t, cap + t])?;
+        let s_m = l.binary("ElementWiseAdd", s_h, mask)?;
+        let p = l.op(
+            "Softmax",
+            &[s_m],
+            &[nh, t, cap + t],
+            vec![Param::Scalar("axis", Scalar::u32(2))],
+        )?;
+        let p_g = l.reshape(p, &[nkv, group * t, cap + t])?;
+        let a = l.op(
+            "MatMul",
+            &[p_g, v_h],
+            &[nkv, group * t, d],
+            vec![
+                Param::Scalar("transpose_in0", Scalar::bool8(false)),
+                Param::Scalar("transpose_in1", Scalar::bool8(false)),
+            ],
+        )?;
+        let a_h = l.reshape(a, &[nh, t, d])?;
+        let a_t = l.transpose(a_h, &[1, 0, 2])?;
+        let a2 = l.reshape(a_t, &[t, nh * d])?;
+        let o = l.linear(a2, matrix_f16(&lw.wo, None, 1.0), e as usize, None, None)?;
+        let x1 = l.binary("ElementWiseAdd", x, o)?;
+        // SwiGLU MLP.
+        let xn2 = l.rms_norm(x1, &lw.ffn_norm, c.rms_eps)?;
+        let gate = l.linear(xn2, matrix_f16(&lw.w_gate, None, 1.0), c.n_ff, None, None)?;
+        let up = l.linear(xn2, matrix_f16(&lw.w_up, None, 1.0), c.n_ff, None, None)?;
+        let sg = l.op("Sigmoid", &[gate], &[t, c.n_ff as u32], vec![])?;
+        let silu = l.binary("ElementWiseMultiply", gate, sg)?;
+        let m = l.binary("ElementWiseMultiply", silu, up)?;
+        let down = l.linear(m, matrix_f16(&lw.w_down, None, 1.0), e as usize, None, None)?;
+        let last_layer = li + 1 == n_layers;
+        x = if last_layer && !block.last {
+            l.g.node("ElementWiseAdd", &[x1, down], &[out], vec![])?;
+            out
+        } else {
+            l.binary("ElementWiseAdd", x1, down)?
+        };
+    }
+    if block.last {
+        let xf = l.rms_norm(x, &w.output_norm, c.rms_eps)?;
+        l.linear(
+            xf,
+            matrix_f16(w.lm_head(), None, 1.0),
+            c.vocab_size,
+            None,
+            Some(out),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halves_permutation_maps_adjacent_pairs() {
+        // Adjacent pair (2i, 2i+1) lands at (i, i + d/2).
+        let p = head_perm(8, RopeStyle::Normal);
+        assert_eq!(p, vec![0, 2, 4, 6, 1, 3, 5, 7]);
+        assert_eq!(head_perm(4, RopeStyle::Neox), vec![0, 1, 2, 3]);
+        let o = qk_order(2, 4, RopeStyle::Normal);
+        assert_eq!(o, vec![0, 2, 1, 3, 4, 6, 5, 7]);
+    }
+}
