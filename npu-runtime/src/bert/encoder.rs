@@ -2,11 +2,11 @@
 
 use super::linear::Linear;
 use super::linear::MR as ROW_ALIGN;
-use super::ops::{add_layer_norm, attend_row, gelu_in_place, mean_pool_normalize, KeysT};
+use super::ops::{add_layer_norm, exp_approx, gelu_in_place, mean_pool_normalize};
 use super::parallel::for_row_chunks;
 use super::weights::{self, BertWeights};
 use super::{BertConfig, BertError, WeightFormat};
-use crate::kernels::gemm_f32::{gemm_f32, GemmScratch};
+use crate::kernels::gemm_f32::{gemm_f32, gemm_f32_serial, BOperand, GemmIsa, GemmScratch};
 use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use std::path::Path;
 
@@ -30,18 +30,23 @@ pub struct BertWorkspace {
     hidden: Vec<f32>,
     proj: Vec<f32>,
     qkv: Vec<f32>,
-    /// Keys of each sequence transposed per head (see [`KeysT`]).
-    keys_t: Vec<f32>,
     ctx: Vec<f32>,
     inter: Vec<f32>,
-    /// One attention-score row per thread.
-    scores: Vec<Vec<f32>>,
+    /// Attention buffers, one per thread.
+    attn: Vec<AttnScratch>,
     /// One empty scratch slot per thread for operations that need none.
     unit: Vec<()>,
     matmul: MatmulScratch,
     gemm: GemmScratch,
     lens: Vec<usize>,
     seq: usize,
+}
+
+/// One thread's attention buffers: a sequence's `len x len` scores and packed operands.
+#[derive(Default)]
+struct AttnScratch {
+    scores: Vec<f32>,
+    pack: Vec<f32>,
 }
 
 impl BertWorkspace {
@@ -115,10 +120,9 @@ impl BertModel {
             hidden: Vec::new(),
             proj: Vec::new(),
             qkv: Vec::new(),
-            keys_t: Vec::new(),
             ctx: Vec::new(),
             inter: Vec::new(),
-            scores: Vec::new(),
+            attn: Vec::new(),
             unit: Vec::new(),
             matmul: MatmulScratch::new(MATMUL_ROWS, self.max_in_features()),
             gemm: GemmScratch::new(self.pool.n_threads(), self.max_in_features()),
@@ -140,7 +144,6 @@ impl BertModel {
             ws.hidden.resize(rows * h, 0.0);
             ws.proj.resize(rows * h, 0.0);
             ws.qkv.resize(rows * 3 * h, 0.0);
-            ws.keys_t.resize(rows * h, 0.0);
             ws.ctx.resize(rows * h, 0.0);
             ws.inter.resize(rows * i, 0.0);
         }
@@ -149,10 +152,10 @@ impl BertModel {
             ws.gemm = GemmScratch::new(threads, self.max_in_features());
         }
         ws.unit.resize(threads, ());
-        ws.scores.resize_with(threads, Vec::new);
-        for s in &mut ws.scores {
-            if s.len() < seq {
-                s.resize(seq, 0.0);
+        ws.attn.resize_with(threads, AttnScratch::default);
+        for a in &mut ws.attn {
+            if a.scores.len() < seq * seq {
+                a.scores.resize(seq * seq, 0.0);
             }
         }
     }
@@ -366,44 +369,73 @@ impl BertModel {
         }
     }
 
+    /// Scaled dot-product attention, per sequence and head as two small GEMMs
+    /// (`S = Q·Kᵀ` over the real keys only, row softmax, `O = P·V`), sequences split over the
+    /// pool. Depends only on each sequence's own tokens, never on the padding or the batch.
     fn attention(&self, ws: &mut BertWorkspace, rows: usize) {
         let h = self.cfg.hidden_size;
         let hd = self.cfg.head_dim();
         let seq = ws.seq;
-        // Keys transposed per sequence: [batch][hidden][seq].
-        let kt = &mut ws.keys_t[..rows * h];
-        for (b, kt_b) in kt.chunks_exact_mut(h * seq).enumerate() {
-            for j in 0..ws.lens[b] {
-                let key = &ws.qkv[(b * seq + j) * 3 * h + h..][..h];
-                for (c, &x) in key.iter().enumerate() {
-                    kt_b[c * seq + j] = x;
-                }
-            }
-        }
-        let (qkv, lens, kt) = (&ws.qkv[..rows * 3 * h], &ws.lens, &ws.keys_t[..rows * h]);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let isa = GemmIsa::detect();
+        let (qkv, lens) = (&ws.qkv[..rows * 3 * h], &ws.lens);
         for_row_chunks(
             &self.pool,
             &mut ws.ctx[..rows * h],
             h,
-            1,
-            &mut ws.scores,
-            |first, chunk, scores| {
-                for (r, out) in chunk.chunks_exact_mut(h).enumerate() {
-                    let (b, t) = ((first + r) / seq, (first + r) % seq);
+            seq,
+            &mut ws.attn,
+            |first, chunk, sc| {
+                for (s, out) in chunk.chunks_exact_mut(seq * h).enumerate() {
+                    let b = first / seq + s;
                     let len = lens[b];
-                    if t >= len {
-                        out.fill(0.0); // padded query: never read
-                        continue;
+                    out[len * h..].fill(0.0); // padded queries: never read
+                    let base = &qkv[b * seq * 3 * h..];
+                    let scores = &mut sc.scores[..len * len];
+                    for head in 0..self.cfg.num_attention_heads {
+                        let col = head * hd;
+                        let keys = BOperand::Rows {
+                            b: &base[h + col..],
+                            ld: 3 * h,
+                        };
+                        let q = &base[col..];
+                        gemm_f32_serial(
+                            isa,
+                            q,
+                            3 * h,
+                            len,
+                            keys,
+                            len,
+                            hd,
+                            scores,
+                            len,
+                            &mut sc.pack,
+                        );
+                        for row in scores.chunks_exact_mut(len) {
+                            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                            for v in row.iter_mut() {
+                                *v = exp_approx((*v - max) * scale);
+                            }
+                            let inv = 1.0 / row.iter().sum::<f32>();
+                            row.iter_mut().for_each(|v| *v *= inv);
+                        }
+                        let values = BOperand::Cols {
+                            b: &base[2 * h + col..],
+                            ld: 3 * h,
+                        };
+                        gemm_f32_serial(
+                            isa,
+                            scores,
+                            len,
+                            len,
+                            values,
+                            hd,
+                            len,
+                            &mut out[col..],
+                            h,
+                            &mut sc.pack,
+                        );
                     }
-                    let base = b * seq;
-                    let q = &qkv[(base + t) * 3 * h..][..h];
-                    let keys = KeysT {
-                        data: &kt[b * h * seq..(b + 1) * h * seq],
-                        stride: seq,
-                        len,
-                    };
-                    let values = &qkv[base * 3 * h + 2 * h..(base + len) * 3 * h];
-                    attend_row(q, &keys, values, 3 * h, hd, scores, out);
                 }
             },
         );

@@ -126,8 +126,10 @@ pub(crate) fn add_layer_norm(
     }
 }
 
+/// Test reference for the encoder's GEMM attention.
 /// Keys of one sequence, transposed per head so a query's scores are a sum of axpys over
 /// the keys (vectorises without horizontal reductions).
+#[cfg(test)]
 pub(crate) struct KeysT<'a> {
     /// `[hidden][stride]`: element `(h·head_dim + d, j)` is dimension `d` of head `h` of key `j`.
     pub data: &'a [f32],
@@ -141,6 +143,7 @@ pub(crate) struct KeysT<'a> {
 /// `values` holds the sequence's value rows at `v_stride` floats apart; only the first
 /// `keys.len` keys and values are read, so padding never enters the scores. `scores` needs
 /// `keys.len` slots.
+#[cfg(test)]
 pub(crate) fn attend_row(
     q: &[f32],
     keys: &KeysT,

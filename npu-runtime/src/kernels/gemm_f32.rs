@@ -339,26 +339,15 @@ fn run_block(
             let tr = mr.min(rows - t * mr);
             let tile = &buf[t * mr * k..(t + 1) * mr * k];
             let mut acc = [[0.0f32; 2 * NR]; MR_512];
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `is_supported` was checked by the caller; the micro-kernel reads
-                // `k * MR_512` floats of `tile` and `k * NR` of each panel (lengths asserted
-                // inside).
-                GemmIsa::Avx512 => unsafe {
-                    avx512::tile(
-                        tile,
-                        w.panel(p),
-                        pair.then(|| w.panel(p + 1)),
-                        k,
-                        tr,
-                        &mut acc,
-                    )
-                },
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: as above, for AVX2+FMA.
-                GemmIsa::Avx2Fma => unsafe { avx2::tile(tile, w.panel(p), k, tr, &mut acc) },
-                _ => scalar_tile(tile, w.panel(p), k, mr, tr, &mut acc),
-            }
+            micro(
+                isa,
+                tile,
+                w.panel(p),
+                pair.then(|| w.panel(p + 1)),
+                k,
+                tr,
+                &mut acc,
+            );
             let j0 = p * NR;
             let width = (np * NR).min(w.n - j0);
             for (i, row) in acc[..tr].iter_mut().enumerate() {
@@ -371,6 +360,138 @@ fn run_block(
             }
         }
         p += np;
+    }
+}
+
+/// `tr` rows of the packed `tile` against panel `p0` (and `p1` on AVX-512) into `acc`.
+fn micro(
+    isa: GemmIsa,
+    tile: &[f32],
+    p0: &[f32],
+    p1: Option<&[f32]>,
+    k: usize,
+    tr: usize,
+    acc: &mut [[f32; 2 * NR]; MR_512],
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: callers only pass a supported ISA (checked with `is_supported`); the
+        // micro-kernel asserts the operand lengths it reads.
+        GemmIsa::Avx512 => unsafe { avx512::tile(tile, p0, p1, k, tr, acc) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2+FMA.
+        GemmIsa::Avx2Fma => unsafe { avx2::tile(tile, p0, k, tr, acc) },
+        _ => scalar_tile(tile, p0, k, isa.mr(), tr, acc),
+    }
+}
+
+/// The second operand of [`gemm_f32_serial`]: `n` output features by `k` inputs.
+#[derive(Clone, Copy)]
+pub enum BOperand<'a> {
+    /// Feature `j` is the row `b[j * ld..][..k]` (a weight, or the keys of `Q·Kᵀ`).
+    Rows { b: &'a [f32], ld: usize },
+    /// Feature `j` is the column `b[kk * ld + j]` (the values of `P·V`).
+    Cols { b: &'a [f32], ld: usize },
+}
+
+/// Single-threaded `C[i][j] = Σ_kk A[i][kk] · B(j, kk)` on strided operands, for many small
+/// products run from inside a pool task (attention per sequence and head). `a` row `i` is
+/// `a[i * lda..][..k]`, `c` row `i` is `c[i * ldc..][..n]`; `buf` holds the packed operands
+/// and grows once to the largest call. Same numerics as [`gemm_f32`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f32_serial(
+    isa: GemmIsa,
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    b: BOperand,
+    n: usize,
+    k: usize,
+    c: &mut [f32],
+    ldc: usize,
+    buf: &mut Vec<f32>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(lda >= k && ldc >= n, "gemm_f32_serial: strides too small");
+    assert!(a.len() >= (m - 1) * lda + k, "gemm_f32_serial: a too short");
+    assert!(c.len() >= (m - 1) * ldc + n, "gemm_f32_serial: c too short");
+    let isa = if isa.is_supported() {
+        isa
+    } else {
+        GemmIsa::Scalar
+    };
+    let mr = isa.mr();
+    let n_panels = n.div_ceil(NR);
+    let b_len = n_panels * k * NR;
+    if buf.len() < b_len + mr * k {
+        buf.resize(b_len + mr * k, 0.0);
+    }
+    let (panels, tile) = buf.split_at_mut(b_len);
+    let tile = &mut tile[..mr * k];
+    if k > 0 {
+        match b {
+            BOperand::Rows { b, ld } => {
+                assert!(ld >= k && b.len() >= (n - 1) * ld + k, "gemm_f32_serial: b");
+                for (p, panel) in panels.chunks_exact_mut(k * NR).enumerate() {
+                    let width = NR.min(n - p * NR);
+                    for j in 0..NR {
+                        if j < width {
+                            let row = &b[(p * NR + j) * ld..][..k];
+                            for (kk, &v) in row.iter().enumerate() {
+                                panel[kk * NR + j] = v;
+                            }
+                        } else {
+                            for kk in 0..k {
+                                panel[kk * NR + j] = 0.0;
+                            }
+                        }
+                    }
+                }
+            }
+            BOperand::Cols { b, ld } => {
+                assert!(ld >= n && b.len() >= (k - 1) * ld + n, "gemm_f32_serial: b");
+                for (p, panel) in panels.chunks_exact_mut(k * NR).enumerate() {
+                    let width = NR.min(n - p * NR);
+                    for (kk, dst) in panel.chunks_exact_mut(NR).enumerate() {
+                        dst[..width].copy_from_slice(&b[kk * ld + p * NR..][..width]);
+                        dst[width..].fill(0.0);
+                    }
+                }
+            }
+        }
+    }
+    let panels = &*panels;
+    let panel = |p: usize| &panels[p * k * NR..(p + 1) * k * NR];
+    for t in 0..m.div_ceil(mr) {
+        let tr = mr.min(m - t * mr);
+        for i in 0..tr {
+            let src = &a[(t * mr + i) * lda..][..k];
+            for (kk, &v) in src.iter().enumerate() {
+                tile[kk * mr + i] = v;
+            }
+        }
+        let mut p = 0;
+        while p < n_panels {
+            let pair = isa == GemmIsa::Avx512 && p + 1 < n_panels;
+            let mut acc = [[0.0f32; 2 * NR]; MR_512];
+            micro(
+                isa,
+                tile,
+                panel(p),
+                pair.then(|| panel(p + 1)),
+                k,
+                tr,
+                &mut acc,
+            );
+            let j0 = p * NR;
+            let width = (if pair { 2 * NR } else { NR }).min(n - j0);
+            for (i, row) in acc[..tr].iter().enumerate() {
+                c[(t * mr + i) * ldc + j0..][..width].copy_from_slice(&row[..width]);
+            }
+            p += if pair { 2 } else { 1 };
+        }
     }
 }
 
@@ -575,6 +696,45 @@ mod tests {
             for case in 0..40 {
                 let (m, n, k) = (next(100), next(90), next(70));
                 run(isa, 1 + case % 3, m, n, k, case as u64, case % 2 == 0);
+            }
+        }
+    }
+
+    #[test]
+    fn serial_strided_products_match_the_reference() {
+        let mut buf = Vec::new();
+        for isa in GemmIsa::available() {
+            for (case, &(m, n, k)) in [(1, 1, 1), (7, 37, 32), (30, 32, 45), (13, 50, 3)]
+                .iter()
+                .enumerate()
+            {
+                let (lda, ldb, ldc) = (k + 3, k.max(n) + 5, n + 2);
+                let a = values(case as u64, m * lda);
+                let braw = values(case as u64 + 9, n.max(k) * ldb);
+                // Rows: feature j is braw[j*ldb..][..k]; Cols: feature j is braw[kk*ldb + j].
+                let rows_w: Vec<f32> = (0..n).flat_map(|j| braw[j * ldb..][..k].to_vec()).collect();
+                let cols_w: Vec<f32> = (0..n)
+                    .flat_map(|j| (0..k).map(|kk| braw[kk * ldb + j]).collect::<Vec<_>>())
+                    .collect();
+                let a_dense: Vec<f32> = (0..m).flat_map(|i| a[i * lda..][..k].to_vec()).collect();
+                for (b, w) in [
+                    (BOperand::Rows { b: &braw, ld: ldb }, &rows_w),
+                    (BOperand::Cols { b: &braw, ld: ldb }, &cols_w),
+                ] {
+                    let mut want = vec![0.0; m * n];
+                    gemm_f32_reference(w, None, &a_dense, m, n, k, &mut want);
+                    let mut c = vec![f32::NAN; m * ldc];
+                    gemm_f32_serial(isa, &a, lda, m, b, n, k, &mut c, ldc, &mut buf);
+                    for i in 0..m {
+                        for j in 0..n {
+                            assert_eq!(
+                                c[i * ldc + j].to_bits(),
+                                want[i * n + j].to_bits(),
+                                "{isa:?} m {m} n {n} k {k} ({i}, {j})"
+                            );
+                        }
+                    }
+                }
             }
         }
     }
