@@ -11,7 +11,10 @@
 //! to contiguous slots sees exactly the same key sequence, so it gets bit-identical output.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernels::vector::{axpy_rows, dot_rows_f32};
+use crate::kernels::detected;
+use crate::kernels::vector::{
+    axpy_rows_multi_with_isa, dot_rows_multi_with_isa, softmax_exp_with_isa,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -116,17 +119,24 @@ pub struct AttnDims {
     pub head_dim: usize,
 }
 
-/// Preplanned per-task scratch (scores for every KV slot + one output head).
+/// Preplanned per-task scratch: scores of every KV slot, one output row and one
+/// normaliser for each query head of a GQA group.
 pub struct AttnScratch {
     slots: Vec<Mutex<Vec<f32>>>,
+    kv_capacity: usize,
+    group: usize,
 }
 
 impl AttnScratch {
-    pub fn new(n_tasks: usize, kv_capacity: usize, head_dim: usize) -> Self {
+    /// `group`: query heads per KV head (`n_head / n_head_kv`).
+    pub fn new(n_tasks: usize, kv_capacity: usize, head_dim: usize, group: usize) -> Self {
+        let group = group.max(1);
         AttnScratch {
             slots: (0..n_tasks.max(1))
-                .map(|_| Mutex::new(vec![0.0; kv_capacity + head_dim]))
+                .map(|_| Mutex::new(vec![0.0; group * (kv_capacity + head_dim + 1)]))
                 .collect(),
+            kv_capacity,
+            group,
         }
     }
 }
@@ -138,6 +148,12 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// applied). `k`/`v` hold slots `[0, n_past + n_valid)` of one layer. Output rows go to
 /// `out` (f32 bits in atomics so tasks can write disjoint rows without `unsafe`).
 /// `run` executes `n` tasks, possibly in parallel.
+///
+/// Work items are (token, KV head, slice of that KV head's query heads): the query heads
+/// of a GQA group see the same keys, so each K/V row is loaded once for all of them
+/// (`dot_rows_multi`, `axpy_rows_multi`). The per-query arithmetic is unchanged by the
+/// grouping (the multi kernels give per-query bits), so a result does not depend on the
+/// batch, the item split or the thread count.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -153,51 +169,57 @@ pub fn attention(
     let AttnDims {
         n_head,
         n_head_kv,
-        head_dim,
+        head_dim: hd,
     } = dims;
-    let n_items = mask.n_valid() * n_head;
-    let n_tasks = scratch.slots.len().min(n_items);
     let group = n_head / n_head_kv;
-    let kv_dim = n_head_kv * head_dim;
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    assert!(
+        group <= scratch.group && n_past + mask.n_valid() <= scratch.kv_capacity,
+        "attention: scratch planned for a smaller group or KV capacity"
+    );
+    let isa = detected();
+    // Split a group's heads only when there are fewer (token, KV head) pairs than
+    // scratch slots, so small batches still occupy every thread.
+    let pairs = mask.n_valid() * n_head_kv;
+    let split = scratch.slots.len().div_ceil(pairs).clamp(1, group);
+    let n_items = pairs * split;
+    let n_tasks = scratch.slots.len().min(n_items);
+    let kv_dim = n_head_kv * hd;
+    let scale = 1.0 / (hd as f32).sqrt();
     let task = |t: usize| {
         let mut guard = scratch.slots[t].lock().unwrap_or_else(|e| e.into_inner());
-        let split = guard.len() - head_dim;
-        let (scores, acc) = guard.split_at_mut(split);
+        let (scores, rest) = guard.split_at_mut(group * scratch.kv_capacity);
+        let (acc, inv) = rest.split_at_mut(group * hd);
         let lo = n_items * t / n_tasks;
         let hi = n_items * (t + 1) / n_tasks;
         for item in lo..hi {
-            let (i, h) = (item / n_head, item % n_head);
-            let qh = &q[i * n_head * head_dim + h * head_dim..][..head_dim];
-            let kv_off = (h / group) * head_dim;
+            let (pair, part) = (item / split, item % split);
+            let (i, g) = (pair / n_head_kv, pair % n_head_kv);
+            let h0 = g * group + group * part / split;
+            let h1 = g * group + group * (part + 1) / split;
+            let nh = h1 - h0;
+            let qh = &q[i * n_head * hd + h0 * hd..][..nh * hd];
             let visible = mask.visible(i);
             let n_keys = n_past + visible.len();
-            let scores = &mut scores[..n_keys];
-            // Row kernels give the bits of `dot_f32`/`axpy` per key, so how the key
-            // sequence splits into runs of adjacent slots never changes a result.
+            let scores = &mut scores[..nh * n_keys];
+            let acc = &mut acc[..nh * hd];
+            let kv_off = g * hd;
             for_each_run(n_past, visible, |key, slot, len| {
                 let rows = &k[slot * kv_dim + kv_off..];
-                dot_rows_f32(qh, rows, kv_dim, &mut scores[key..key + len]);
+                dot_rows_multi_with_isa(isa, qh, hd, rows, kv_dim, len, &mut scores[key..], n_keys);
             });
-            let mut max = f32::NEG_INFINITY;
-            for s in scores.iter_mut() {
-                *s *= scale;
-                max = max.max(*s);
-            }
-            let mut sum = 0.0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
+            for (s, inv) in scores.chunks_exact_mut(n_keys).zip(inv.iter_mut()) {
+                *inv = 1.0 / softmax_exp_with_isa(isa, s, scale);
             }
             acc.fill(0.0);
             for_each_run(n_past, visible, |key, slot, len| {
                 let rows = &v[slot * kv_dim + kv_off..];
-                axpy_rows(&scores[key..key + len], rows, kv_dim, acc);
+                axpy_rows_multi_with_isa(isa, &scores[key..], n_keys, len, rows, kv_dim, acc, hd);
             });
-            let inv = 1.0 / sum;
-            let o = &out[i * n_head * head_dim + h * head_dim..][..head_dim];
-            for (dst, &a) in o.iter().zip(acc.iter()) {
-                dst.store((a * inv).to_bits(), Ordering::Relaxed);
+            let o = &out[i * n_head * hd + h0 * hd..][..nh * hd];
+            for ((o, acc), &inv) in o.chunks_exact(hd).zip(acc.chunks_exact(hd)).zip(&*inv) {
+                for (dst, &x) in o.iter().zip(acc) {
+                    dst.store((x * inv).to_bits(), Ordering::Relaxed);
+                }
             }
         }
     };
@@ -288,7 +310,8 @@ mod tests {
     ) -> Vec<f32> {
         let n = mask.n_valid() * dims.n_head * dims.head_dim;
         let out: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
-        let scratch = AttnScratch::new(tasks, 256, dims.head_dim);
+        let group = dims.n_head / dims.n_head_kv;
+        let scratch = AttnScratch::new(tasks, 256, dims.head_dim, group);
         attention(q, k, v, n_past, mask, dims, &scratch, &out, &serial);
         out.iter()
             .map(|a| f32::from_bits(a.load(Ordering::Relaxed)))

@@ -186,7 +186,12 @@ impl Backend for CpuBackend {
             gate: vec![0.0; t * c.n_ff],
             up: vec![0.0; t * c.n_ff],
             mm: MatmulScratch::new(t, max_cols),
-            attn_scratch: AttnScratch::new(4 * threads, g.shape.kv_capacity, c.head_dim),
+            attn_scratch: AttnScratch::new(
+                4 * threads,
+                g.shape.kv_capacity,
+                c.head_dim,
+                c.n_head / c.n_head_kv,
+            ),
         });
         g.stats.load = t0.elapsed();
         Ok(())

@@ -1,0 +1,93 @@
+//! Verify-cost harness: one forward of N new tokens (a chain) at a given depth, repeated.
+//! Reports per N the minimum and median wall time and, for `--threads 1`, the thread's
+//! CPU time (`/proc/thread-self/schedstat`, excludes time descheduled by other load).
+//!
+//! cargo run --release -p npu-runtime --example verify_profile -- \
+//!     --model ~/.cache/rag/models/qwen2.5-coder-0.5b.gguf --depth 1000 --ns 1,8,16 --reps 10
+//! `--only N --secs S` loops one size for S seconds (for `perf record`).
+
+use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use std::time::Instant;
+
+fn arg(args: &[String], name: &str, default: &str) -> String {
+    args.iter()
+        .position(|a| a == name)
+        .map(|i| args[i + 1].clone())
+        .unwrap_or_else(|| default.to_string())
+}
+
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let home = std::env::var("HOME").unwrap_or_default();
+    let default_model = format!("{home}/.cache/rag/models/qwen2.5-coder-0.5b.gguf");
+    let path = arg(&args, "--model", &default_model);
+    let threads: usize = arg(&args, "--threads", "2").parse()?;
+    let depth: usize = arg(&args, "--depth", "1000").parse()?;
+    let reps: usize = arg(&args, "--reps", "10").parse()?;
+    let ns: Vec<usize> = arg(&args, "--ns", "1,2,4,8,16")
+        .split(',')
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?;
+    let only: usize = arg(&args, "--only", "0").parse()?;
+    let secs: f64 = arg(&args, "--secs", "10").parse()?;
+    let model = Model::load(std::path::Path::new(&path), &LoadOptions { threads })?;
+    let mut s = Session::new(
+        model.clone(),
+        SessionOptions {
+            kv_capacity: 2048,
+            ..SessionOptions::default()
+        },
+    )?;
+    let vocab = model.vocab_size() as u64;
+    let toks: Vec<u32> = (0..depth as u64 + 80)
+        .map(|i| (1000 + (i * 7919 + 13) % (vocab.min(30_000) - 1000)) as u32)
+        .collect();
+    s.prefill(&toks[..depth], 0)?;
+    let chain = |n: usize| (0..n as i32).map(|i| i - 1).collect::<Vec<i32>>();
+    if only > 0 {
+        let p = chain(only);
+        let t0 = Instant::now();
+        let mut k = 0;
+        while t0.elapsed().as_secs_f64() < secs {
+            s.forward_tree(&toks[depth..depth + only], &p)?;
+            k += 1;
+        }
+        println!("N={only}: {k} forwards in {secs} s");
+        return Ok(());
+    }
+    println!(
+        "threads {threads}, depth {depth}, {reps} reps (min / median wall ms, cpu ms if 1 thread)"
+    );
+    let mut base = None;
+    for &n in &ns {
+        let p = chain(n);
+        s.forward_tree(&toks[depth..depth + n], &p)?;
+        let mut wall = Vec::with_capacity(reps);
+        let mut cpu = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let (t0, c0) = (Instant::now(), thread_cpu_ns());
+            s.forward_tree(&toks[depth..depth + n], &p)?;
+            wall.push(t0.elapsed().as_secs_f64() * 1e3);
+            cpu.push((thread_cpu_ns() - c0) as f64 / 1e6);
+        }
+        wall.sort_by(f64::total_cmp);
+        cpu.sort_by(f64::total_cmp);
+        let key = if threads == 1 { cpu[0] } else { wall[0] };
+        let b = *base.get_or_insert(key);
+        println!(
+            "N={n:3}  wall min {:8.2}  med {:8.2}  cpu min {:8.2}  ratio(min) {:.2}",
+            wall[0],
+            wall[reps / 2],
+            cpu[0],
+            key / b
+        );
+    }
+    Ok(())
+}
