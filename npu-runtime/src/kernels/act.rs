@@ -1,15 +1,78 @@
-//! Activation quantization: each token's row is cut into blocks of 32 and each
-//! block becomes 32 int8 values with one f32 scale (like ggml's Q8_0, but with
-//! an f32 scale), independently of every other token, so a token's quantized
-//! activations do not depend on the batch it arrives in.
+//! Activation quantization, matching what ggml's CPU backend does to the
+//! activations of each weight format (so our integer dot products see the same
+//! int8 codes and scales as llama.cpp's):
 //!
-//! Canonical rule: `d = amax / 127`, `q = round_half_even(x · (1/d))` clamped
-//! to ±127 (0 when `d == 0`). Also stored per block: the code sum, the sum of
-//! its first 16 codes and `d · sum` (for the formats' zero points and minimums).
-//! Non-finite inputs give unspecified (but never unsafe) codes.
+//! * [`ActFormat::Q8_0`] (for Q4_0/Q5_0/Q8_0 weights): blocks of 32,
+//!   `q = round_half_even(x · (127/amax))`, scale `d = fp16(amax/127)`.
+//! * [`ActFormat::Q8_1`] (for Q4_1/Q5_1): as Q8_0, plus `dsum = fp16(d₃₂ · Σq)`
+//!   where `d₃₂ = amax/127` is the f32 scale before its fp16 rounding.
+//! * [`ActFormat::Q8K`] (for Q4_K/Q6_K): one `amax` per 256 values,
+//!   `q = round_half_even(x · (127/amax))`, f32 scale `d = 1/(127/amax)`,
+//!   `dsum = d · Σq` per 32-block. (ggml stores the code of the signed maximum as −127
+//!   with a negative `d`; negating both is exact, so the products are the same.)
+//!
+//! Every format is stored per block of 32 (a Q8K super-block repeats its scale in
+//! its 8 blocks), so the matmul kernels read all three the same way. Each token's row
+//! is quantized independently of every other token, so a token's quantized
+//! activations do not depend on the batch it arrives in. Codes are clamped to ±127
+//! (0 when `amax == 0`). Also stored per block: the code sum and the sum of its first
+//! 16 codes (for the formats' zero points). Non-finite inputs give unspecified (but
+//! never unsafe) codes.
 
+use super::ggml::GgmlType;
 use super::pool::ThreadPool;
 use super::simd::Isa;
+use half::f16;
+
+/// How activations are quantized for one weight format (see the module docs).
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ActFormat {
+    Q8_0,
+    Q8_1,
+    Q8K,
+}
+
+impl ActFormat {
+    /// The format ggml's CPU backend pairs with weights of type `ty` (its
+    /// `vec_dot_type`); float weights are not quantized, any value is returned.
+    pub fn for_weights(ty: GgmlType) -> ActFormat {
+        match ty {
+            GgmlType::Q4_1 | GgmlType::Q5_1 => ActFormat::Q8_1,
+            GgmlType::Q4K | GgmlType::Q6K => ActFormat::Q8K,
+            _ => ActFormat::Q8_0,
+        }
+    }
+
+    /// Blocks of 32 sharing one `amax`.
+    fn blocks_per_scale(self) -> usize {
+        match self {
+            ActFormat::Q8K => 8,
+            _ => 1,
+        }
+    }
+
+    /// `(multiplier, d)` for a group with absolute maximum `amax`.
+    fn scales(self, amax: f32) -> (f32, f32) {
+        if amax == 0.0 {
+            return (0.0, 0.0);
+        }
+        let id = 127.0 / amax;
+        let d = match self {
+            ActFormat::Q8K => 1.0 / id,
+            _ => f16::from_f32(amax / 127.0).to_f32(),
+        };
+        (id, d)
+    }
+
+    /// `dsum` of a block with code sum `sum`, group absolute maximum `amax` and scale `d`.
+    fn dsum(self, amax: f32, d: f32, sum: i32) -> f32 {
+        match self {
+            ActFormat::Q8K => d * sum as f32,
+            _ => f16::from_f32((amax / 127.0) * sum as f32).to_f32(),
+        }
+    }
+}
 
 /// Quantized activations of up to `max_tokens` rows of up to `max_cols` columns.
 pub(crate) struct QuantActs {
@@ -34,40 +97,49 @@ impl QuantActs {
 }
 
 /// Round to nearest, ties to even, for |v| < 2^22 (exact; matches the
-/// hardware conversion under the default rounding mode).
+/// hardware conversion under the default rounding mode, and ggml's `nearest_int`
+/// and `_mm256_round_ps(_MM_ROUND_NEAREST)`).
 #[inline(always)]
 fn round_even(v: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
     (v + MAGIC) - MAGIC
 }
 
-/// Quantize `x` (`n_tokens` rows of `cols`, `cols % 32 == 0`) into `a`, using
-/// flat block index `t * cols / 32 + b`, with the best kernel for `isa`.
-pub(crate) fn quantize(isa: Isa, x: &[f32], a: &mut QuantActs) {
-    let nblocks = x.len() / 32;
+/// Quantize `x` (`n_tokens` rows of `cols`, `cols` a multiple of 32, of 256 for
+/// [`ActFormat::Q8K`]) into `a`, using flat block index `t * cols / 32 + b`, with
+/// the best kernel for `isa`.
+pub(crate) fn quantize(isa: Isa, fmt: ActFormat, x: &[f32], a: &mut QuantActs) {
+    let n_groups = x.len() / (32 * fmt.blocks_per_scale());
     let out = ActsPtr::new(a);
     // SAFETY: the ISA is supported (checked by the caller, `matmul_with_isa`)
-    // and blocks 0..nblocks fit in `a` (the scratch was sized for this call).
-    unsafe { quantize_blocks(isa, x, out, 0, nblocks) }
+    // and the groups' blocks fit in `a` (the scratch was sized for this call).
+    unsafe { quantize_groups(isa, fmt, x, out, 0, n_groups) }
 }
 
-/// Quantize `x` splitting blocks across the pool (each task owns a range).
-pub(crate) fn quantize_parallel(isa: Isa, x: &[f32], a: &mut QuantActs, pool: &ThreadPool) {
+/// Quantize `x` splitting scale groups across the pool (each task owns a range).
+pub(crate) fn quantize_parallel(
+    isa: Isa,
+    fmt: ActFormat,
+    x: &[f32],
+    a: &mut QuantActs,
+    pool: &ThreadPool,
+) {
     let nblocks = x.len() / 32;
+    let n_groups = nblocks / fmt.blocks_per_scale();
     let n_tasks = if nblocks < 512 {
         1
     } else {
         pool.n_threads().min(nblocks / 256)
     };
     if n_tasks <= 1 {
-        return quantize(isa, x, a);
+        return quantize(isa, fmt, x, a);
     }
     let out = ActsPtr::new(a);
     pool.parallel_for(n_tasks, &|t| {
-        let (b0, b1) = (t * nblocks / n_tasks, (t + 1) * nblocks / n_tasks);
-        // SAFETY: as in `quantize`; tasks cover disjoint block ranges, so no
+        let (g0, g1) = (t * n_groups / n_tasks, (t + 1) * n_groups / n_tasks);
+        // SAFETY: as in `quantize`; tasks cover disjoint group ranges, so no
         // two threads write the same element.
-        unsafe { quantize_blocks(isa, x, out, b0, b1) }
+        unsafe { quantize_groups(isa, fmt, x, out, g0, g1) }
     });
 }
 
@@ -98,81 +170,96 @@ impl ActsPtr {
             len: a.d.len(),
         }
     }
+
+    /// # Safety
+    /// `blk < self.len` and no other thread accesses block `blk` meanwhile.
+    unsafe fn store(self, fmt: ActFormat, blk: usize, amax: f32, d: f32, sum: i32, sum_lo: i32) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            *self.d.add(blk) = d;
+            *self.sum.add(blk) = sum;
+            *self.sum_lo.add(blk) = sum_lo;
+            *self.dsum.add(blk) = fmt.dsum(amax, d, sum);
+        }
+    }
 }
 
 /// # Safety
-/// `isa` must be supported; `b1 <= out.len`, `x.len() >= 32 * b1`; no other
-/// thread may access blocks `b0..b1` of `out` meanwhile.
-unsafe fn quantize_blocks(isa: Isa, x: &[f32], out: ActsPtr, b0: usize, b1: usize) {
-    assert!(b1 <= out.len && x.len() >= 32 * b1);
+/// `isa` must be supported; the blocks of groups `g0..g1` must lie within
+/// `out.len` and `x`; no other thread may access them meanwhile.
+unsafe fn quantize_groups(isa: Isa, fmt: ActFormat, x: &[f32], out: ActsPtr, g0: usize, g1: usize) {
+    let bps = fmt.blocks_per_scale();
+    assert!(g1 * bps <= out.len && x.len() >= 32 * bps * g1);
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni {
         // SAFETY: forwarded from the caller.
-        return unsafe { quantize_avx512(x, out, b0, b1) };
+        return unsafe { quantize_avx512(fmt, x, out, g0, g1) };
     }
     let _ = isa;
-    for blk in b0..b1 {
-        let xs = &x[blk * 32..blk * 32 + 32];
+    for grp in g0..g1 {
+        let xs = &x[grp * bps * 32..(grp + 1) * bps * 32];
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        // SAFETY: blk < out.len (asserted), and the block is ours alone.
-        let q = unsafe { std::slice::from_raw_parts_mut(out.q.add(blk * 32), 32) };
-        let mut sum_lo = 0i32;
-        let mut sum = 0i32;
-        for (k, (q, v)) in q.iter_mut().zip(xs).enumerate() {
-            let c = (round_even(v * id) as i32).clamp(-127, 127);
-            *q = c as i8;
-            sum += c;
-            if k < 16 {
-                sum_lo += c;
+        let (id, d) = fmt.scales(amax);
+        for blk in grp * bps..(grp + 1) * bps {
+            // SAFETY: blk < out.len (asserted), and the block is ours alone.
+            let q = unsafe { std::slice::from_raw_parts_mut(out.q.add(blk * 32), 32) };
+            let (mut sum, mut sum_lo) = (0i32, 0i32);
+            for (k, (q, v)) in q.iter_mut().zip(&x[blk * 32..blk * 32 + 32]).enumerate() {
+                let c = (round_even(v * id) as i32).clamp(-127, 127);
+                *q = c as i8;
+                sum += c;
+                if k < 16 {
+                    sum_lo += c;
+                }
             }
-        }
-        // SAFETY: as above.
-        unsafe {
-            *out.d.add(blk) = d;
-            *out.sum.add(blk) = sum;
-            *out.sum_lo.add(blk) = sum_lo;
-            *out.dsum.add(blk) = d * sum as f32;
+            // SAFETY: as above.
+            unsafe { out.store(fmt, blk, amax, d, sum, sum_lo) };
         }
     }
 }
 
 /// The same rule with AVX-512: `vcvtps2dq` rounds to nearest even (default
-/// MXCSR), max and integer sums are exact, so codes match the scalar loop.
+/// MXCSR), max and integer sums are exact and the scales come from the same
+/// scalar code, so codes and scales match the scalar loop bit for bit.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn quantize_avx512(x: &[f32], out: ActsPtr, b0: usize, b1: usize) {
+unsafe fn quantize_avx512(fmt: ActFormat, x: &[f32], out: ActsPtr, g0: usize, g1: usize) {
     use std::arch::x86_64::*;
     let absmask = _mm512_set1_epi32(0x7FFF_FFFF);
     let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
-    for blk in b0..b1 {
-        // SAFETY: the caller guarantees x holds 32 floats per block up to b1 and
-        // that blocks b0..b1 of `out` are in bounds and exclusively ours.
+    let bps = fmt.blocks_per_scale();
+    for grp in g0..g1 {
+        // SAFETY: the caller guarantees x holds 32 floats per block of the groups
+        // up to g1 and that those blocks of `out` are in bounds and exclusively ours.
         unsafe {
-            let x0 = _mm512_loadu_ps(x.as_ptr().add(blk * 32));
-            let x1 = _mm512_loadu_ps(x.as_ptr().add(blk * 32 + 16));
-            let a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x0), absmask));
-            let a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x1), absmask));
-            let amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-            let d = amax / 127.0;
-            let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-            let q0 = _mm512_min_epi32(
-                _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lo),
-                hi,
-            );
-            let q1 = _mm512_min_epi32(
-                _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lo),
-                hi,
-            );
-            _mm_storeu_si128(out.q.add(blk * 32).cast(), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128(out.q.add(blk * 32 + 16).cast(), _mm512_cvtepi32_epi8(q1));
-            let sum_lo = _mm512_reduce_add_epi32(q0);
-            let sum = sum_lo + _mm512_reduce_add_epi32(q1);
-            *out.d.add(blk) = d;
-            *out.sum.add(blk) = sum;
-            *out.sum_lo.add(blk) = sum_lo;
-            *out.dsum.add(blk) = d * sum as f32;
+            let mut vmax = _mm512_setzero_ps();
+            for blk in grp * bps..(grp + 1) * bps {
+                for h in [0, 16] {
+                    let v = _mm512_loadu_ps(x.as_ptr().add(blk * 32 + h));
+                    let a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absmask));
+                    vmax = _mm512_max_ps(vmax, a);
+                }
+            }
+            let amax = _mm512_reduce_max_ps(vmax);
+            let (id, d) = fmt.scales(amax);
+            let id = _mm512_set1_ps(id);
+            for blk in grp * bps..(grp + 1) * bps {
+                let x0 = _mm512_loadu_ps(x.as_ptr().add(blk * 32));
+                let x1 = _mm512_loadu_ps(x.as_ptr().add(blk * 32 + 16));
+                let q0 = _mm512_min_epi32(
+                    _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lo),
+                    hi,
+                );
+                let q1 = _mm512_min_epi32(
+                    _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lo),
+                    hi,
+                );
+                _mm_storeu_si128(out.q.add(blk * 32).cast(), _mm512_cvtepi32_epi8(q0));
+                _mm_storeu_si128(out.q.add(blk * 32 + 16).cast(), _mm512_cvtepi32_epi8(q1));
+                let sum_lo = _mm512_reduce_add_epi32(q0);
+                let sum = sum_lo + _mm512_reduce_add_epi32(q1);
+                out.store(fmt, blk, amax, d, sum, sum_lo);
+            }
         }
     }
 }
@@ -181,25 +268,113 @@ unsafe fn quantize_avx512(x: &[f32], out: ActsPtr, b0: usize, b1: usize) {
 mod tests {
     use super::*;
 
+    const FORMATS: [ActFormat; 3] = [ActFormat::Q8_0, ActFormat::Q8_1, ActFormat::Q8K];
+
+    /// Rows of 512 with blocks of very different magnitudes, a row of exact
+    /// ties (`x · 127/amax` = k + 0.5) and a zero row.
+    fn sample() -> Vec<f32> {
+        let mut x: Vec<f32> = (0..512 * 6)
+            .map(|i| ((i * 7919 % 2003) as f32 - 1000.0) * if i % 64 < 32 { 0.001 } else { 0.37 })
+            .collect();
+        x.extend((0..512).map(|i| {
+            if i % 32 == 0 {
+                127.0
+            } else {
+                (i % 32) as f32 - 15.5
+            }
+        }));
+        x.extend([0.0; 512]);
+        x
+    }
+
     #[test]
     fn every_isa_quantizes_identically() {
-        let x: Vec<f32> = (0..32 * 50)
-            .map(|i| ((i * 7919 % 2003) as f32 - 1000.0) * if i % 64 < 32 { 0.001 } else { 0.37 })
-            .chain([0.5f32 * 127.0 / 127.0; 32])
-            .collect();
-        let mut want = QuantActs::new(51, 32);
-        quantize(Isa::Portable, &x, &mut want);
+        let x = sample();
         let pool = ThreadPool::new(2);
-        for isa in Isa::available() {
-            let mut got = QuantActs::new(51, 32);
-            quantize_parallel(isa, &x, &mut got, &pool);
-            assert_eq!(got.q, want.q, "{isa:?}");
-            assert_eq!(got.sum, want.sum, "{isa:?}");
-            assert_eq!(got.sum_lo, want.sum_lo, "{isa:?}");
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got.d), bits(&want.d), "{isa:?}");
-            assert_eq!(bits(&got.dsum), bits(&want.dsum), "{isa:?}");
+        for fmt in FORMATS {
+            let mut want = QuantActs::new(8, 512);
+            quantize(Isa::Portable, fmt, &x, &mut want);
+            for isa in Isa::available() {
+                let mut got = QuantActs::new(8, 512);
+                quantize_parallel(isa, fmt, &x, &mut got, &pool);
+                assert_eq!(got.q, want.q, "{isa:?} {fmt:?}");
+                assert_eq!(got.sum, want.sum, "{isa:?} {fmt:?}");
+                assert_eq!(got.sum_lo, want.sum_lo, "{isa:?} {fmt:?}");
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.d), bits(&want.d), "{isa:?} {fmt:?}");
+                assert_eq!(bits(&got.dsum), bits(&want.dsum), "{isa:?} {fmt:?}");
+            }
         }
+    }
+
+    /// ggml's rules written out independently (ggml-quants.c `quantize_row_q8_K_ref`
+    /// with the signed maximum, `nearest_int`'s bit trick; the x86 `quantize_row_q8_0/1`
+    /// with `127/amax` and fp16 scales): our codes, scales and sums must equal them
+    /// (Q8K's up to the exact negation of codes and scale).
+    #[test]
+    fn matches_ggml_rules() {
+        fn nearest_int(v: f32) -> i32 {
+            let bits = (v + 12_582_912.0).to_bits() as i32;
+            (bits & 0x007f_ffff) - 0x0040_0000
+        }
+        let x = sample();
+        for fmt in FORMATS {
+            let mut a = QuantActs::new(8, 512);
+            quantize(Isa::Portable, fmt, &x, &mut a);
+            let group = if fmt == ActFormat::Q8K { 256 } else { 32 };
+            for (gi, xs) in x.chunks_exact(group).enumerate() {
+                let (mut max, mut amax) = (0f32, 0f32);
+                for &v in xs {
+                    if v.abs() > amax {
+                        (amax, max) = (v.abs(), v);
+                    }
+                }
+                for (j, xb) in xs.chunks_exact(32).enumerate() {
+                    let blk = gi * group / 32 + j;
+                    let got = &a.q[blk * 32..blk * 32 + 32];
+                    let (codes, d): (Vec<i32>, f32) = if fmt == ActFormat::Q8K {
+                        if amax == 0.0 {
+                            (vec![0; 32], 0.0)
+                        } else {
+                            // ggml's scale is negative when the maximum is positive.
+                            let iscale = -127.0 / max;
+                            let c = xb.iter().map(|&v| nearest_int(iscale * v).min(127));
+                            let s = iscale.signum() as i32;
+                            (c.map(|c| c * s).collect(), (1.0 / iscale) * s as f32)
+                        }
+                    } else {
+                        let bmax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        let id = if bmax != 0.0 { 127.0 / bmax } else { 0.0 };
+                        let c = xb.iter().map(|&v| (v * id).round_ties_even() as i32);
+                        (c.collect(), f16::from_f32(bmax / 127.0).to_f32())
+                    };
+                    let got_codes: Vec<i32> = got.iter().map(|&c| c as i32).collect();
+                    assert_eq!(got_codes, codes, "{fmt:?} block {blk}");
+                    assert_eq!(a.d[blk].to_bits(), d.to_bits(), "{fmt:?} block {blk}");
+                    let sum: i32 = codes.iter().sum();
+                    assert_eq!(a.sum[blk], sum);
+                    assert_eq!(a.sum_lo[blk], codes[..16].iter().sum::<i32>());
+                    if fmt == ActFormat::Q8_1 {
+                        let bmax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        let s = f16::from_f32(bmax / 127.0 * sum as f32).to_f32();
+                        assert_eq!(a.dsum[blk].to_bits(), s.to_bits(), "block {blk}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ties_round_to_even() {
+        // Block max 127 makes the multiplier exactly 1, so x = k + 0.5 is a tie.
+        let mut x = vec![0f32; 32];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -3.5;
+        x[3] = 0.5;
+        let mut a = QuantActs::new(1, 32);
+        quantize(Isa::Portable, ActFormat::Q8_0, &x, &mut a);
+        assert_eq!(&a.q[..4], &[127, 2, -4, 0]);
     }
 
     #[test]
@@ -214,23 +389,29 @@ mod tests {
 
     #[test]
     fn quantization_error_is_within_half_step() {
-        let x: Vec<f32> = (0..64)
-            .map(|i| ((i * 37 % 29) as f32 - 14.0) * 0.3)
+        let x: Vec<f32> = (0..512)
+            .map(|i| ((i * 37 % 29) as f32 - 14.0) * 0.3 * (1 + i / 64) as f32)
             .collect();
-        let mut a = QuantActs::new(1, 64);
-        quantize(Isa::Portable, &x, &mut a);
-        for b in 0..2 {
-            let d = a.d[b];
-            for k in 0..32 {
-                let err = (a.q[b * 32 + k] as f32 * d - x[b * 32 + k]).abs();
-                assert!(err <= d * 0.5 + 1e-6);
+        for fmt in FORMATS {
+            let mut a = QuantActs::new(1, 512);
+            quantize(Isa::Portable, fmt, &x, &mut a);
+            for b in 0..16 {
+                // The fp16 scale is off by at most 2^-11 relative; codes reach 127.
+                let d = a.d[b];
+                for k in 0..32 {
+                    let err = (a.q[b * 32 + k] as f32 * d - x[b * 32 + k]).abs();
+                    assert!(err <= d * 0.5 + d * 127.0 / 2048.0 + 1e-6, "{fmt:?}");
+                }
+                if fmt == ActFormat::Q8K {
+                    assert_eq!(a.d[b].to_bits(), a.d[b / 8 * 8].to_bits());
+                }
             }
-            let s: i32 = a.q[b * 32..b * 32 + 32].iter().map(|&q| q as i32).sum();
-            assert_eq!(s, a.sum[b]);
         }
-        let zero = vec![0f32; 32];
-        quantize(Isa::Portable, &zero, &mut a);
-        assert_eq!(a.d[0], 0.0);
-        assert!(a.q[..32].iter().all(|&q| q == 0));
+        let zero = vec![0f32; 256];
+        let mut a = QuantActs::new(1, 256);
+        for fmt in FORMATS {
+            quantize(Isa::Portable, fmt, &zero, &mut a);
+            assert!(a.d.iter().all(|&d| d == 0.0) && a.q.iter().all(|&q| q == 0));
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Quantized weight matrices and `out = x · Wᵀ` with run-time ISA dispatch.
 
-use super::act::{quantize_parallel, QuantActs};
+use super::act::{quantize_parallel, ActFormat, QuantActs};
 use super::ggml::GgmlType;
 use super::layout::{decode_tile, dequantize_tile_row, pack_group, Planes, Tile, GROUP};
 use super::pool::ThreadPool;
@@ -233,7 +233,13 @@ pub fn matmul_with_isa(
     };
     let quantized = !matches!(w.ty, GgmlType::F32 | GgmlType::F16);
     if quantized {
-        quantize_parallel(isa, x, &mut scratch.acts, pool);
+        quantize_parallel(
+            isa,
+            ActFormat::for_weights(w.ty),
+            x,
+            &mut scratch.acts,
+            pool,
+        );
     }
     let k = Kernel {
         ty: w.ty,
