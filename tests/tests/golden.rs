@@ -1,18 +1,22 @@
 //! Golden test: our greedy generations and prompt top-5 predictions against llama.cpp
 //! (fixtures made by tests/fixtures/golden/make_golden.py from the same GGUF files).
 //!
-//! Criterion (both models, every prompt):
+//! Criterion (both models, every prompt; the measurements behind it are in
+//! tests/README.md):
 //! - prompt positions: llama.cpp's top-1 id is in our top-5 and our top-1 is in its top-5
 //!   everywhere; the top-5 id sets are equal wherever llama.cpp's top-5 are separated by
 //!   more than `ORDER_EPS`; every logit of llama.cpp's top-5 is within `LOGIT_TOL` of ours.
-//! - greedy, teacher-forced: at each of the 64 steps we feed llama.cpp's token and compare
-//!   our argmax with its. A disagreement is allowed only at a near-tie, where both
-//!   llama.cpp's top-2 margin and ours (our pick minus its pick) are below `TIE_EPS`
-//!   logits, and such flips must stay under `MAX_TIE_SHARE` of a model's steps. Why
-//!   ties flip at all: llama.cpp quantizes activations to 8 bits with its own rounding and
-//!   summation order; against an exact f64 evaluation of the same weights its logits are
-//!   off by up to ~0.5 (ours by less, see golden_f64 below), so it cannot decide margins
-//!   of a few hundredths either. The free-running exact prefix is printed per prompt.
+//! - exact greedy: for the cases in `EXACT_CASES` the 64 free-running greedy tokens must
+//!   equal llama.cpp's.
+//! - greedy elsewhere, teacher-forced: at each of the 64 steps we feed llama.cpp's token
+//!   and compare our argmax with its. A disagreement is allowed only at a near-tie, where
+//!   both llama.cpp's top-2 margin and ours (our pick minus its pick) are below the
+//!   model's `tie_eps`, and such flips must stay under `MAX_TIE_SHARE` of a model's
+//!   steps. `tie_eps` is how far llama.cpp's own logits move when only its batching
+//!   changes (tests/fixtures/golden/llama_self.py: the same prompt evaluated as one batch
+//!   and one token at a time): a margin below that is not decided by llama.cpp either.
+//!   We quantize activations by ggml's rules (kernels/act.rs), but the two engines sum
+//!   in different orders, and these small models amplify any rounding difference.
 
 use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
 use serde_json::Value;
@@ -20,9 +24,23 @@ use std::path::PathBuf;
 
 const LOGIT_TOL: f32 = 1.0;
 const ORDER_EPS: f32 = 1.0;
-const TIE_EPS: f32 = 0.25;
+/// Cases whose 64 greedy tokens equal llama.cpp's exactly (model, case id).
+const EXACT_CASES: [(&str, &str); 3] = [
+    ("smollm2-135m", "plain_facts"),
+    ("qwen2.5-coder-0.5b", "plain_code"),
+    ("qwen2.5-coder-0.5b", "chat"),
+];
 /// At most this share of all teacher-forced steps of a model may be near-tie flips.
 const MAX_TIE_SHARE: f64 = 0.05;
+
+/// Largest |logit change| of llama.cpp's top-5 between its batch and its one-token-at-a-time
+/// evaluation of the fixture prompts (llama_self.py; measured 0.581 and 0.248).
+fn tie_eps(name: &str) -> f32 {
+    match name {
+        "smollm2-135m" => 0.58,
+        _ => 0.25,
+    }
+}
 
 fn model_file(name: &str) -> Option<PathBuf> {
     if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
@@ -56,6 +74,8 @@ fn check_model(name: &str) {
     let model = Model::load(&path, &LoadOptions { threads: 2 }).unwrap();
     let doc = fixture(name);
     let (mut total_ties, mut total_steps) = (0usize, 0usize);
+    let tie = tie_eps(name);
+    let mut exact_checked = 0;
     for case in doc["cases"].as_array().unwrap() {
         let id = case["id"].as_str().unwrap();
         let prompt = ids(&case["prompt"]);
@@ -130,7 +150,13 @@ fn check_model(name: &str) {
             if tok != g {
                 let ours_margin = last[tok as usize] - last[g as usize];
                 assert!(
-                    margins[step] < TIE_EPS && ours_margin < TIE_EPS,
+                    !EXACT_CASES.contains(&(name, id)),
+                    "{name}/{id} step {step}: ours {tok} golden {g}: this case must match exactly \
+                     (llama.cpp margin {}, ours {ours_margin})",
+                    margins[step]
+                );
+                assert!(
+                    margins[step] < tie && ours_margin < tie,
                     "{name}/{id} step {step}: ours {tok} golden {g} (llama.cpp margin {}, ours {ours_margin})",
                     margins[step]
                 );
@@ -150,10 +176,22 @@ fn check_model(name: &str) {
             "{name}/{id}: free-running greedy equal for {exact}/{} tokens, {ties} near-tie disagreements under teacher forcing, prompt top-5 max |logit diff| {max_diff:.4}",
             golden.len()
         );
+        if EXACT_CASES.contains(&(name, id)) {
+            assert_eq!(
+                exact, 64,
+                "{name}/{id}: fewer than 64 greedy tokens checked"
+            );
+            exact_checked += 1;
+        }
         total_ties += ties;
         total_steps += golden.len();
     }
     eprintln!("{name}: {total_ties} near-tie flips in {total_steps} teacher-forced steps");
+    assert_eq!(
+        exact_checked,
+        EXACT_CASES.iter().filter(|c| c.0 == name).count(),
+        "{name}: an exact case is missing from the fixture"
+    );
     assert!(
         total_ties as f64 <= MAX_TIE_SHARE * total_steps as f64,
         "{name}: {total_ties} near-tie flips in {total_steps} steps"
@@ -246,6 +284,7 @@ fn smollm2_prompt_logits_match_exact_f64_reference() {
     assert!(ours_max <= F64_TOL, "max deviation {ours_max}");
     assert!(mean <= F64_MEAN_TOL, "mean deviation {mean}");
     // Both engines quantize activations to int8; ours must be no less exact than llama.cpp
-    // (measured: ours max 0.61-0.70 / mean 0.164-0.175 as the kernels evolved, llama.cpp max 0.75 / mean 0.176).
+    // (measured: ours max 0.74 / mean 0.153 with ggml's activation quantization, 0.61-0.70 /
+    // 0.164-0.175 before; llama.cpp max 0.75 / mean 0.176).
     assert!(mean <= 1.1 * llama_sum / llama_count as f64);
 }
