@@ -23,6 +23,19 @@ fn thread_cpu_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// `VmRSS` and `VmHWM` (peak) of this process in MB.
+fn rss_mb() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let get = |key: &str| {
+        s.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (get("VmRSS:"), get("VmHWM:"))
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let home = std::env::var("HOME").unwrap_or_default();
@@ -38,6 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let only: usize = arg(&args, "--only", "0").parse()?;
     let secs: f64 = arg(&args, "--secs", "10").parse()?;
     let model = Model::load(std::path::Path::new(&path), &LoadOptions { threads })?;
+    let (rss, peak) = rss_mb();
+    println!("after load: RSS {rss:.0} MB, peak {peak:.0} MB");
     let mut s = Session::new(
         model.clone(),
         SessionOptions {
@@ -89,5 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             key / b
         );
     }
+    let (rss, peak) = rss_mb();
+    println!("end: RSS {rss:.0} MB, peak {peak:.0} MB");
     Ok(())
 }
