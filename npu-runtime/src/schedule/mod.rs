@@ -16,7 +16,10 @@
 //! - [`exec`]: the same plans driving a real backend through [`exec::ScheduleExecutor`].
 //! - [`cpu`]: the executor for the CPU backend.
 //! - [`warmup`]: backend-agnostic warm-up profiling through the same executor trait.
+//! - [`choose`]: the number of blocks and the chunk size, chosen from a profile by
+//!   predicting every candidate layout with the planner and the simulator.
 
+pub mod choose;
 pub mod cpu;
 pub mod exact;
 pub mod exec;
