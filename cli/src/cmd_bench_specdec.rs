@@ -64,6 +64,11 @@ pub struct Args {
     /// online-learned node acceptance).
     #[arg(long)]
     heuristic_ranking: bool,
+    /// Output of specdec/bench/llamacpp_lookup.py on the same prompts (same
+    /// --prompt-tokens), run just before: adds llama.cpp's speeds and the ratio of
+    /// every mode to llama.cpp's lookup decoding.
+    #[arg(long)]
+    llamacpp_json: Option<PathBuf>,
     /// Print each prompt's reference (`none`) output text to stderr.
     #[arg(long)]
     show_output: bool,
@@ -338,6 +343,10 @@ pub fn run(args: Args) -> Result<()> {
         r.budgets = g.budgets_by_bucket();
     }
 
+    let llama = match &args.llamacpp_json {
+        Some(p) => Some(read_llamacpp(p, prompts.len(), args.max_tokens)?),
+        None => None,
+    };
     let base_ms = results[0].metrics.ms_per_token();
     let base_model_ms = results[0].metrics.modeled_ms_per_token();
     let mut table = String::new();
@@ -423,6 +432,34 @@ pub fn run(args: Args) -> Result<()> {
             }),
         );
     }
+    if let Some(l) = &llama {
+        table.push_str(&format!(
+            "\nllama.cpp ({}) on the same prompt tokens: none {:.1} tok/s, prompt lookup {:.1} tok/s \
+             ({:.2}x over its none, {} mismatches). Decode tok/s of each mode here / llama.cpp lookup: {}.\n",
+            l.engine,
+            l.none_tok_s,
+            l.lookup_tok_s,
+            l.lookup_tok_s / l.none_tok_s.max(1e-9),
+            l.lookup_mismatches,
+            results
+                .iter()
+                .map(|r| format!(
+                    "{} {:.2}x",
+                    r.mode.name(),
+                    r.metrics.decode_tok_s() / l.lookup_tok_s.max(1e-9)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        for r in &results {
+            if let Some(serde_json::Value::Object(o)) = jmodes.get_mut(r.mode.name()) {
+                o.insert(
+                    "vs_llamacpp_lookup".into(),
+                    json!(r.metrics.decode_tok_s() / l.lookup_tok_s.max(1e-9)),
+                );
+            }
+        }
+    }
     table.push_str(
         "\nmean accepted = tokens per verify step (accepted drafts + 1); valid/wasted/underutilized = \
          shares of verify rows used / rejected / left idle below the cost curve's saturation length; \
@@ -465,4 +502,43 @@ pub fn run(args: Args) -> Result<()> {
         bench_report::write_section(&key, &title, &table)?;
     }
     Ok(())
+}
+
+struct LlamaCpp {
+    engine: String,
+    none_tok_s: f64,
+    lookup_tok_s: f64,
+    lookup_mismatches: u64,
+}
+
+/// llama.cpp's figures from llamacpp_lookup.py's JSON; it must cover the same prompts.
+fn read_llamacpp(path: &Path, prompts: usize, max_tokens: usize) -> Result<LlamaCpp> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading llama.cpp results {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    if v["prompts"].as_u64() != Some(prompts as u64) {
+        bail!(
+            "{}: {} prompts, this run has {prompts}",
+            path.display(),
+            v["prompts"]
+        );
+    }
+    if let Some(m) = v["max_tokens"].as_u64() {
+        if m != max_tokens as u64 {
+            bail!("{}: max tokens {m}, this run {max_tokens}", path.display());
+        }
+    }
+    let tok_s = |mode: &str| {
+        v["modes"][mode]["decode_tok_s"]
+            .as_f64()
+            .filter(|x| *x > 0.0)
+            .with_context(|| format!("{}: no decode_tok_s for mode {mode}", path.display()))
+    };
+    Ok(LlamaCpp {
+        engine: v["engine"].as_str().unwrap_or("llama.cpp").to_owned(),
+        none_tok_s: tok_s("none")?,
+        lookup_tok_s: tok_s("lookup")?,
+        lookup_mismatches: v["modes"]["lookup"]["mismatches"].as_u64().unwrap_or(0),
+    })
 }

@@ -102,7 +102,7 @@ def main():
     modes = a.modes.split(",")
     result = {"engine": "llama.cpp (llama-cpp-python %s)" % llama_cpp.__version__,
               "model": os.path.basename(a.model), "category": a.category, "prompts": len(toks),
-              "threads": a.threads, "modes": {}}
+              "max_tokens": a.max_tokens, "threads": a.threads, "modes": {}}
     outputs = {}
     for mode in modes:
         llm = base if mode == "none" else make(LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=10))

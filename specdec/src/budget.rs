@@ -209,9 +209,18 @@ impl BudgetController {
         }
     }
 
-    /// Expected accepted draft tokens at candidate budget index j in bucket b.
+    /// Expected accepted draft tokens at candidate budget index j in bucket b: the
+    /// bucket's mean shrunk towards the mean over all buckets with drafts (itself
+    /// shrunk towards "nothing accepted"), so a rarely seen bucket borrows from
+    /// the others instead of starting from zero.
     pub fn expected_accepted(&self, b: usize, j: usize) -> f64 {
-        self.sum_acc[b][j] / (self.count[b] + self.prior_weight)
+        let (mut s, mut n) = (0.0, 0.0);
+        for k in 1..BUCKETS {
+            s += self.sum_acc[k][j];
+            n += self.count[k];
+        }
+        let pooled = s / (n + self.prior_weight);
+        (self.sum_acc[b][j] + self.prior_weight * pooled) / (self.count[b] + self.prior_weight)
     }
 
     /// Budget for a step: maximise expected emitted tokens per verify millisecond.
@@ -295,5 +304,20 @@ mod tests {
             ctl.observe(2, ranks);
         }
         assert_eq!(ctl.choose(2, 64), 1);
+    }
+
+    #[test]
+    fn unseen_bucket_borrows_from_the_others() {
+        let mut ctl = BudgetController::new(CostCurve::affine(10.0, 0.5, &DEFAULT_SIZES), 64);
+        for _ in 0..50 {
+            ctl.observe(4, &[0, 1, 2, 3]);
+        }
+        // Bucket 3 was never seen: it borrows bucket 4's evidence, shrunk.
+        let j = 2; // budget 4
+        let e3 = ctl.expected_accepted(3, j);
+        let e4 = ctl.expected_accepted(4, j);
+        assert!(e3 > 1.0 && e3 < e4, "{e3} {e4}");
+        assert!(ctl.choose(3, 64) > 1);
+        assert_eq!(ctl.choose(0, 64), 1);
     }
 }
