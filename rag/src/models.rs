@@ -86,6 +86,8 @@ fn parse_manifest(text: &str) -> Result<Vec<ModelEntry>> {
         let kind = match cols[1] {
             "gguf" => ModelKind::Gguf,
             "files" => ModelKind::Files,
+            // Runtime libraries (e.g. the QNN emulator), fetched by the script, not models.
+            "tree" => continue,
             k => bail!("manifest line {}: unknown kind '{k}'", i + 1),
         };
         let entry = ModelEntry {
