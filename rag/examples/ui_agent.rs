@@ -2,10 +2,19 @@
 //! passes the current screen as context, asks for the next action, and scores the answer
 //! against the reference action. Reports action accuracy and per-step latency.
 //!
-//!     cargo run --release -p rag --example ui_agent -- [DATASET] [--limit N] [--model M]
+//!     cargo run --release -p rag --example ui_agent -- [DATASET] [--limit N] [--every K]
+//!         [--model M] [--raw]
 //!
-//! DATASET defaults to ../shared/data/ui/droidtask_ui.jsonl. An action is correct when its
-//! verb (Click / Input), the element id and, for Input, the typed text match the reference.
+//! DATASET defaults to ../shared/data/ui/droidtask_ui.jsonl. `--every K` scores every K-th
+//! step (a spread over all 13 apps when time allows fewer than 560 steps); `--limit N` stops
+//! after N scored steps. An action is correct when its verb (Click / Input), the element id
+//! and, for Input, the typed text (case-insensitive) match the reference.
+//!
+//! Prompt: a fixed system message with the action format and one worked example taken from
+//! a different app than the step being scored (so the example never leaks the answer), then
+//! the task, the actions so far and the screen. The fixed system message is a common prefix
+//! the assistant's KV reuse skips on every step. `--raw` sends the dataset's own prompt
+//! instead (the first session's baseline).
 
 use anyhow::{Context, Result};
 use rag::assistant::{AskOptions, Assistant, AssistantOptions};
@@ -18,22 +27,90 @@ struct Action {
     text: Option<String>,
 }
 
-/// The first "Click on <...>" or "Input '...' into <...>" in `s`.
-fn parse_action(s: &str) -> Option<Action> {
+/// The system message; `{EXAMPLE}` is replaced by one worked step.
+const SYSTEM: &str = "You operate an Android app for the user. Each turn shows the task, the \
+actions done so far and the current screen as a list of elements with ids. Reply with \
+exactly one line holding the single next action, in one of these two forms:\n\
+Click on <element>\n\
+Input 'text' into <element>\n\
+Copy the element from the screen exactly, including its id. Do not repeat the task, do not \
+explain.\n\nExample:\n{EXAMPLE}";
+
+/// Two recorded DroidTask steps (applauncher step 1, notes step 2) as worked examples; a step
+/// is shown the first one whose app differs from its own, so exactly one example.
+const EXAMPLES: [(&str, &str); 2] = [
+    (
+        "applauncher",
+        "Task: search 'Clock' app and open it\n\
+Actions so far:\n- Input 'Clock' into <input id=0 >Search</input>\n\
+Current screen:\n<input id=0 >Clock</input>\n <button id=1 text='Sort by'></button>\n \
+<button id=2 text='Toggle app name visibility'></button>\n <button id=3 text='More options'></button>\n \
+<button id=4>Clock</button>\n <button id=5>go back</button>\n\
+Next action:\nClick on <button id=4>Clock</button>",
+    ),
+    (
+        "notes",
+        "Task: Rename the note 'diary' to 'events'\n\
+Actions so far:\n- Click on <button id=3 text='More options'></button>\n\
+- Click on <button id=0>Rename note</button>\n\
+Current screen:\n<p id=0>Rename note</p>\n <input id=1 >Diary</input>\n \
+<button id=2>Cancel</button>\n <button id=3>OK</button>\n <button id=4>go back</button>\n\
+Next action:\nInput 'events' into <input id=1 >Diary</input>",
+    ),
+];
+
+fn system_for(app: &str) -> String {
+    let ex = EXAMPLES
+        .iter()
+        .find(|(a, _)| *a != app)
+        .map_or("", |(_, e)| e);
+    SYSTEM.replace("{EXAMPLE}", ex)
+}
+
+/// The element tag with id `id` on `screen` (`button`, `input`, ...).
+fn tag_of(screen: &str, id: u32) -> Option<String> {
+    let needle = format!(" id={id}");
+    screen.lines().find_map(|l| {
+        let l = l.trim();
+        let tag_end = l.find(&needle)?;
+        let after = &l[tag_end + needle.len()..];
+        if !after.starts_with([' ', '>']) {
+            return None;
+        }
+        l.strip_prefix('<').map(|t| t[..tag_end - 1].to_owned())
+    })
+}
+
+/// The action in a model reply: the first "click" / "input"/"type"/"enter" verb, the first
+/// `id=N` after it, and for input the quoted text. Without a verb, a bare element counts as a
+/// click unless it is an input field on `screen`. Case and surrounding prose are ignored.
+fn parse_action(s: &str, screen: &str) -> Option<Action> {
     let lower = s.to_lowercase();
-    let (verb, start) = match (lower.find("click on"), lower.find("input '")) {
-        (Some(c), Some(i)) if i < c => ("input", i),
-        (Some(c), _) => ("click", c),
-        (None, Some(i)) => ("input", i),
-        (None, None) => return None,
+    let verbs = [
+        ("click", "click"),
+        ("tap", "click"),
+        ("input", "input"),
+        ("type", "input"),
+        ("enter", "input"),
+    ];
+    // Verbs count only as words in the prose before the first element tag.
+    let prose = &lower[..lower.find('<').unwrap_or(lower.len())];
+    let is_word_at = |p: usize, w: &str| {
+        let before = prose[..p].chars().next_back();
+        let after = prose[p + w.len()..].chars().next();
+        !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
     };
+    let found = verbs
+        .iter()
+        .filter_map(|(w, v)| {
+            prose
+                .match_indices(w)
+                .find(|(p, _)| is_word_at(*p, w))
+                .map(|(p, _)| (p, *v))
+        })
+        .min_by_key(|(p, _)| *p);
+    let start = found.map_or(0, |(p, _)| p);
     let rest = &s[start..];
-    let text = if verb == "input" {
-        let after = &rest[7..];
-        after.find('\'').map(|end| after[..end].to_owned())
-    } else {
-        None
-    };
     let element_id = rest.find("id=").and_then(|p| {
         let digits: String = rest[p + 3..]
             .chars()
@@ -41,38 +118,69 @@ fn parse_action(s: &str) -> Option<Action> {
             .collect();
         digits.parse().ok()
     });
+    let text = ['\'', '"'].iter().find_map(|&q| {
+        let a = rest.find(q)?;
+        let after = &rest[a + 1..];
+        let b = after.find(q)?;
+        // A quote inside the element (text='Sort by') is not the typed text.
+        (!rest[..a].contains('<')).then(|| after[..b].to_owned())
+    });
+    let verb = match found {
+        Some((_, v)) => v,
+        None => {
+            let tag = element_id.and_then(|id| tag_of(screen, id))?;
+            if tag == "input" && text.is_some() {
+                "input"
+            } else {
+                "click"
+            }
+        }
+    };
+    if element_id.is_none() {
+        return None;
+    }
     Some(Action {
         verb: verb.to_owned(),
         element_id,
-        text,
+        text: if verb == "input" {
+            text.map(|t| t.trim().to_lowercase())
+        } else {
+            None
+        },
     })
 }
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let mut dataset = "../shared/data/ui/droidtask_ui.jsonl".to_owned();
-    let mut limit = 40usize;
+    let mut limit = usize::MAX;
+    let mut every = 1usize;
+    let mut raw = false;
     let mut model = rag::models::DEFAULT_MODEL.to_owned();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--limit" => limit = args.next().context("--limit N")?.parse()?,
+            "--every" => every = args.next().context("--every K")?.parse::<usize>()?.max(1),
             "--model" => model = args.next().context("--model M")?,
+            "--raw" => raw = true,
             other => dataset = other.to_owned(),
         }
     }
     let text = std::fs::read_to_string(&dataset).with_context(|| format!("reading {dataset}"))?;
     let index_dir = std::env::temp_dir().join(format!("rag-ui-agent-{}", std::process::id()));
     let mut opts = AssistantOptions::new(&index_dir);
-    opts.model = model;
+    opts.model = model.clone();
     opts.dense = false; // the agent brings its own context; no retrieval needed
     let assistant = Assistant::open(opts)?;
     let ask = AskOptions {
-        max_tokens: 48,
+        max_tokens: if raw { 48 } else { 40 },
         ..AskOptions::default()
     };
 
     let (mut steps, mut correct, mut latencies) = (0usize, 0usize, Vec::new());
-    for line in text.lines().filter(|l| !l.trim().is_empty()).take(limit) {
+    let mut per_app: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    let records = text.lines().filter(|l| !l.trim().is_empty());
+    for line in records.step_by(every).take(limit) {
         let rec: serde_json::Value = serde_json::from_str(line)?;
         let prompt = rec["turns"][0]
             .as_str()
@@ -80,47 +188,83 @@ fn main() -> Result<()> {
         let reference = rec["reference"]
             .as_str()
             .context("record without reference")?;
-        // The recorded prompt already holds the task, the actions so far and the screen;
-        // the agent sends it as one user turn (the screen is the caller-supplied context).
-        let (context, question) =
-            match (prompt.find("Current screen:"), prompt.rfind("\nReply with")) {
-                (Some(a), Some(b)) if a < b => (
-                    prompt[a..b].to_owned(),
-                    format!("{}{}", &prompt[..a], prompt[b..].trim_start()),
-                ),
-                _ => (String::new(), prompt.to_owned()),
-            };
+        let app = rec["app"].as_str().unwrap_or("");
+        let screen = prompt
+            .find("Current screen:")
+            .map_or("", |a| &prompt[a..]);
         let t = Instant::now();
-        let answer = assistant.ask_with_context(&question, &context, None, &ask, &mut |_| true)?;
+        let answer = if raw {
+            // The recorded prompt as is: task, actions so far, screen, format instruction.
+            let (context, question) =
+                match (prompt.find("Current screen:"), prompt.rfind("\nReply with")) {
+                    (Some(a), Some(b)) if a < b => (
+                        prompt[a..b].to_owned(),
+                        format!("{}{}", &prompt[..a], prompt[b..].trim_start()),
+                    ),
+                    _ => (String::new(), prompt.to_owned()),
+                };
+            assistant.ask_with_context(&question, &context, None, &ask, &mut |_| true)?
+        } else {
+            // Task, actions so far and screen, without the dataset's header and its
+            // "Then say in one sentence why" instruction.
+            let body_start = prompt.find("Task:").unwrap_or(0);
+            let body_end = prompt.rfind("\nReply with").unwrap_or(prompt.len());
+            let context = prompt[body_start..body_end].trim_end();
+            let system = system_for(app);
+            // Only the first line is the action; stop generating after it.
+            let mut seen = String::new();
+            let mut first_line = |s: &str| {
+                seen.push_str(s);
+                !seen.trim_start().contains('\n')
+            };
+            assistant.ask_with_context(
+                "Next action:",
+                context,
+                Some(&system),
+                &ask,
+                &mut first_line,
+            )?
+        };
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        let ok = match (parse_action(&answer.answer), parse_action(reference)) {
+        let got = answer.answer.trim_start();
+        let got = got.lines().next().unwrap_or("");
+        let ok = match (parse_action(got, screen), parse_action(reference, screen)) {
             (Some(a), Some(r)) => a == r,
             _ => false,
         };
         steps += 1;
         correct += usize::from(ok);
+        let e = per_app.entry(app.to_owned()).or_default();
+        e.0 += 1;
+        e.1 += usize::from(ok);
         latencies.push(ms);
         eprintln!(
-            "{} step {:>3} {:>7.0} ms  ref: {reference}  got: {}",
+            "{} step {:>3} {app:<13} {:>7.0} ms  ref: {reference}  got: {got}",
             if ok { "OK " } else { "BAD" },
             steps,
             ms,
-            answer.answer.lines().next().unwrap_or("")
         );
     }
     let _ = std::fs::remove_dir_all(&index_dir);
     latencies.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| {
         latencies
-            .get(((latencies.len() as f64 - 1.0) * p) as usize)
+            .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
             .copied()
             .unwrap_or(0.0)
     };
+    let apps: Vec<String> = per_app
+        .iter()
+        .map(|(a, (n, c))| format!("{a} {c}/{n}"))
+        .collect();
     println!(
-        "steps {steps}, action accuracy {:.1}% ({correct}/{steps}), latency p50 {:.0} ms, p90 {:.0} ms",
+        "model {model}, prompt {}, steps {steps} (every {every}), action accuracy {:.1}% ({correct}/{steps}), latency p50 {:.0} ms, p90 {:.0} ms, mean {:.0} ms\nper app: {}",
+        if raw { "raw" } else { "one-shot" },
         100.0 * correct as f64 / steps.max(1) as f64,
         pct(0.5),
-        pct(0.9)
+        pct(0.9),
+        latencies.iter().sum::<f64>() / latencies.len().max(1) as f64,
+        apps.join(", ")
     );
     Ok(())
 }
@@ -129,26 +273,62 @@ fn main() -> Result<()> {
 mod tests {
     use super::*;
 
+    const SCREEN: &str = "Current screen:\n<input id=0 >Search</input>\n \
+<button id=1 text='Sort by'></button>\n <button id=4>Clock</button>";
+
+    fn act(verb: &str, id: u32, text: Option<&str>) -> Option<Action> {
+        Some(Action {
+            verb: verb.into(),
+            element_id: Some(id),
+            text: text.map(Into::into),
+        })
+    }
+
     #[test]
     fn parses_both_action_forms() {
-        let a = parse_action("Click on <button id=4>Clock</button> because...").unwrap();
+        let p = |s| parse_action(s, SCREEN);
         assert_eq!(
-            a,
-            Action {
-                verb: "click".into(),
-                element_id: Some(4),
-                text: None
-            }
+            p("Click on <button id=4>Clock</button> because..."),
+            act("click", 4, None)
         );
-        let b = parse_action("Input 'Clock' into <input id=0 >Search</input>").unwrap();
         assert_eq!(
-            b,
-            Action {
-                verb: "input".into(),
-                element_id: Some(0),
-                text: Some("Clock".into())
-            }
+            p("Input 'Clock' into <input id=0 >Search</input>"),
+            act("input", 0, Some("clock"))
         );
-        assert!(parse_action("I don't know").is_none());
+        assert_eq!(p("I don't know"), None);
+    }
+
+    #[test]
+    fn tolerates_variants_of_the_format() {
+        let p = |s| parse_action(s, SCREEN);
+        assert_eq!(
+            p("Next action: click on <button id=1 text='Sort by'></button>"),
+            act("click", 1, None)
+        );
+        assert_eq!(
+            p("Type \"clock\" into <input id=0 >Search</input>"),
+            act("input", 0, Some("clock"))
+        );
+        assert_eq!(p("<button id=4>Clock</button>"), act("click", 4, None));
+        // A bare element that is an input field with no text to type is still a click.
+        assert_eq!(p("<input id=0 >Search</input>"), act("click", 0, None));
+        assert_eq!(p("Click on the search field"), None);
+    }
+
+    #[test]
+    fn examples_never_come_from_the_scored_app() {
+        for app in ["applauncher", "notes", "clock"] {
+            let s = system_for(app);
+            let ex = EXAMPLES.iter().find(|(_, e)| s.contains(e)).unwrap();
+            assert_ne!(ex.0, app);
+            assert_eq!(EXAMPLES.iter().filter(|(_, e)| s.contains(e)).count(), 1);
+        }
+    }
+
+    #[test]
+    fn finds_element_tags() {
+        assert_eq!(tag_of(SCREEN, 0).as_deref(), Some("input"));
+        assert_eq!(tag_of(SCREEN, 4).as_deref(), Some("button"));
+        assert_eq!(tag_of(SCREEN, 9), None);
     }
 }
