@@ -4,7 +4,7 @@
 
 use crate::attention::{attention, AttnDims, AttnScratch, BatchMask};
 use crate::error::{Result, RuntimeError};
-use crate::kernels::{matmul, MatmulScratch};
+use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use crate::kv_cache::KvCache;
 use crate::ops::{add_bias, add_in_place, rms_norm, silu_mul, RopeLayout, RopeTable};
 use crate::session::Model;
@@ -100,6 +100,21 @@ impl CpuBackend {
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }
+}
+
+/// Elements per task when `silu_mul` is split over the pool.
+const SILU_CHUNK: usize = 8192;
+
+/// RMS norm of every row of `x` into `out`; rows are split over the pool from four
+/// rows on (fewer are cheaper inline than a pool hand-off).
+fn norm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let e = weight.len();
+    if x.len() < 4 * e {
+        return rms_norm(x, weight, eps, out);
+    }
+    pool.for_each_chunk_mut(out, e, &|i, o| {
+        rms_norm(&x[i * e..(i + 1) * e], weight, eps, o)
+    });
 }
 
 /// Activation buffers of one graph.
@@ -261,16 +276,21 @@ impl Backend for CpuBackend {
             head_dim: c.head_dim,
         };
         let run = |k: usize, f: &(dyn Fn(usize) + Sync)| pool.parallel_for(k, f);
+        // Only the n valid rows are computed: rows are independent (every op is
+        // row-wise and the mask never shows a padding row), so the padding rows of the
+        // graph shape would be wasted work.
+        let (xq, xkv, xe, xf) = (n * q_dim, n * kv_dim, n * e, n * c.n_ff);
+        let hidden = &mut hidden[..xe];
         for layer in g.block.layers.clone() {
             let lw = &w.layers[layer];
-            rms_norm(hidden, &lw.attn_norm, c.rms_eps, &mut b.x_norm);
-            matmul(&lw.wq, &b.x_norm, t, &mut b.q, &mut b.mm, pool);
-            matmul(&lw.wk, &b.x_norm, t, &mut b.k, &mut b.mm, pool);
-            matmul(&lw.wv, &b.x_norm, t, &mut b.v, &mut b.mm, pool);
+            norm_rows(pool, hidden, &lw.attn_norm, c.rms_eps, &mut b.x_norm[..xe]);
+            matmul(&lw.wq, &b.x_norm[..xe], n, &mut b.q[..xq], &mut b.mm, pool);
+            matmul(&lw.wk, &b.x_norm[..xe], n, &mut b.k[..xkv], &mut b.mm, pool);
+            matmul(&lw.wv, &b.x_norm[..xe], n, &mut b.v[..xkv], &mut b.mm, pool);
             if let (Some(bq), Some(bk), Some(bv)) = (&lw.bq, &lw.bk, &lw.bv) {
-                add_bias(&mut b.q, bq);
-                add_bias(&mut b.k, bk);
-                add_bias(&mut b.v, bv);
+                add_bias(&mut b.q[..xq], bq);
+                add_bias(&mut b.k[..xkv], bk);
+                add_bias(&mut b.v[..xkv], bv);
             }
             for i in 0..n {
                 let pos = io.n_past + io.mask.depth(i);
@@ -295,18 +315,43 @@ impl Backend for CpuBackend {
                 &b.attn_bits,
                 &run,
             );
-            for (dst, src) in b.attn[..n * q_dim].iter_mut().zip(&b.attn_bits) {
+            for (dst, src) in b.attn[..xq].iter_mut().zip(&b.attn_bits) {
                 *dst = f32::from_bits(src.load(Ordering::Relaxed));
             }
-            b.attn[n * q_dim..].fill(0.0);
-            matmul(&lw.wo, &b.attn, t, &mut b.proj, &mut b.mm, pool);
-            add_in_place(hidden, &b.proj);
-            rms_norm(hidden, &lw.ffn_norm, c.rms_eps, &mut b.x_norm);
-            matmul(&lw.w_gate, &b.x_norm, t, &mut b.gate, &mut b.mm, pool);
-            matmul(&lw.w_up, &b.x_norm, t, &mut b.up, &mut b.mm, pool);
-            silu_mul(&mut b.gate, &b.up);
-            matmul(&lw.w_down, &b.gate, t, &mut b.proj, &mut b.mm, pool);
-            add_in_place(hidden, &b.proj);
+            matmul(&lw.wo, &b.attn[..xq], n, &mut b.proj[..xe], &mut b.mm, pool);
+            add_in_place(hidden, &b.proj[..xe]);
+            norm_rows(pool, hidden, &lw.ffn_norm, c.rms_eps, &mut b.x_norm[..xe]);
+            matmul(
+                &lw.w_gate,
+                &b.x_norm[..xe],
+                n,
+                &mut b.gate[..xf],
+                &mut b.mm,
+                pool,
+            );
+            matmul(
+                &lw.w_up,
+                &b.x_norm[..xe],
+                n,
+                &mut b.up[..xf],
+                &mut b.mm,
+                pool,
+            );
+            // Element-wise, so any split gives the same bits; small calls stay inline.
+            let up = &b.up[..xf];
+            let chunk = if xf < 4 * SILU_CHUNK { xf } else { SILU_CHUNK };
+            pool.for_each_chunk_mut(&mut b.gate[..xf], chunk, &|i, g| {
+                silu_mul(g, &up[i * chunk..][..g.len()])
+            });
+            matmul(
+                &lw.w_down,
+                &b.gate[..xf],
+                n,
+                &mut b.proj[..xe],
+                &mut b.mm,
+                pool,
+            );
+            add_in_place(hidden, &b.proj[..xe]);
         }
         if g.block.last {
             let (first_row, rows) = match io.logits_rows {

@@ -165,6 +165,41 @@ impl ThreadPool {
     }
 }
 
+impl ThreadPool {
+    /// Call `f(i, chunk_i)` for the consecutive `chunk`-element pieces of `data` (the last
+    /// may be shorter) across the pool. Each piece is handed to exactly one call.
+    pub fn for_each_chunk_mut<T: Send>(
+        &self,
+        data: &mut [T],
+        chunk: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        assert!(chunk > 0, "for_each_chunk_mut: chunk must be positive");
+        let len = data.len();
+        let base = ChunkPtr(data.as_mut_ptr());
+        self.parallel_for(len.div_ceil(chunk), &|i| {
+            let start = i * chunk;
+            let n = chunk.min(len - start);
+            // SAFETY: `start + n <= len`, the pieces of different `i` are disjoint and
+            // each `i` runs once, and `data` is exclusively borrowed until every task
+            // has finished (`parallel_for` returns only then).
+            let piece = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), n) };
+            f(i, piece);
+        });
+    }
+}
+
+/// A slice base pointer shared by pool tasks that take disjoint pieces.
+struct ChunkPtr<T>(*mut T);
+// SAFETY: only used by `for_each_chunk_mut`, whose tasks access disjoint pieces of a
+// `T: Send` slice.
+unsafe impl<T: Send> Sync for ChunkPtr<T> {}
+impl<T> ChunkPtr<T> {
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
 /// Enter the published job if it is still open.
 fn try_join(s: &Shared) -> bool {
     let mut cur = s.state.load(Ordering::SeqCst);
@@ -273,6 +308,20 @@ mod tests {
             });
         });
         assert_eq!(sum.load(Ordering::Relaxed), 4 * 6);
+    }
+
+    #[test]
+    fn chunks_are_disjoint_and_cover_the_slice() {
+        let pool = ThreadPool::new(3);
+        for (len, chunk) in [(0usize, 4usize), (1, 4), (17, 4), (64, 16), (100, 7)] {
+            let mut v = vec![0usize; len];
+            pool.for_each_chunk_mut(&mut v, chunk, &|i, piece| {
+                for (j, x) in piece.iter_mut().enumerate() {
+                    *x += i * chunk + j + 1;
+                }
+            });
+            assert_eq!(v, (1..=len).collect::<Vec<_>>(), "len {len} chunk {chunk}");
+        }
     }
 
     #[test]
