@@ -34,8 +34,43 @@ pub fn parse_isolated(
     bytes: Vec<u8>,
     limits: &ParseLimits,
 ) -> Result<ParsedDoc, SkipReason> {
+    if crate::gz::is_gzip_doc(path, &bytes) {
+        // Decompression runs under the same isolation (thread, panic catch, time limit) and
+        // is capped at the smaller of the file and text limits.
+        let cap = limits.max_text_bytes.min(limits.max_file_bytes as usize);
+        let plain = isolated(limits.timeout, move || {
+            crate::gz::gunzip_capped(&bytes, cap)
+        })?;
+        let kind = classify(&crate::gz::inner_name(path), &plain)?;
+        return run_isolated(kind, plain, limits, parse_bytes);
+    }
     let kind = classify(path, &bytes)?;
     run_isolated(kind, bytes, limits, parse_bytes)
+}
+
+/// Runs `work` on its own thread under `catch_unwind` and a time limit.
+fn isolated<T: Send + 'static>(
+    timeout: Duration,
+    work: impl FnOnce() -> Result<T, SkipReason> + Send + 'static,
+) -> Result<T, SkipReason> {
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("corpus-parse".into())
+        .stack_size(16 << 20)
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            // The receiver may have given up (timeout); nothing to do then.
+            let _ = tx.send(r);
+        });
+    if spawned.is_err() {
+        return Err(SkipReason::ParseError);
+    }
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(SkipReason::Panic),
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(SkipReason::Timeout),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(SkipReason::Panic),
+    }
 }
 
 /// The isolation harness, generic over the parse function so tests can inject bad parsers.
@@ -45,25 +80,9 @@ pub fn run_isolated(
     limits: &ParseLimits,
     parse: fn(DocKind, &[u8]) -> Result<ParsedDoc, String>,
 ) -> Result<ParsedDoc, SkipReason> {
-    let (tx, rx) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("corpus-parse".into())
-        .stack_size(16 << 20)
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse(kind, &bytes)));
-            // The receiver may have given up (timeout); nothing to do then.
-            let _ = tx.send(r);
-        });
-    if spawned.is_err() {
-        return Err(SkipReason::ParseError);
-    }
-    let doc = match rx.recv_timeout(limits.timeout) {
-        Ok(Ok(Ok(doc))) => doc,
-        Ok(Ok(Err(_))) => return Err(SkipReason::ParseError),
-        Ok(Err(_)) => return Err(SkipReason::Panic),
-        Err(mpsc::RecvTimeoutError::Timeout) => return Err(SkipReason::Timeout),
-        Err(mpsc::RecvTimeoutError::Disconnected) => return Err(SkipReason::Panic),
-    };
+    let doc = isolated(limits.timeout, move || {
+        parse(kind, &bytes).map_err(|_| SkipReason::ParseError)
+    })?;
     let text_bytes: usize = doc
         .sections
         .iter()
@@ -136,6 +155,56 @@ mod tests {
             Err(SkipReason::Empty)
         );
         assert!(parse_isolated(p, b"short".to_vec(), &limits).is_ok());
+    }
+
+    #[test]
+    fn gzip_documents_are_parsed_under_the_same_limits() {
+        use std::io::Write;
+        let gz = |data: &[u8]| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(data).unwrap();
+            e.finish().unwrap()
+        };
+        let limits = ParseLimits {
+            timeout: Duration::from_secs(60),
+            ..Default::default()
+        };
+        let man = b".TH LS 1\n.SH NAME\nls \\- list directory contents\n.SH DESCRIPTION\nList information about the FILEs.\n";
+        let doc = parse_isolated(Path::new("man1/ls.1.gz"), gz(man), &limits).unwrap();
+        assert_eq!(doc.kind, DocKind::Man);
+        let text: String = doc
+            .sections
+            .iter()
+            .flat_map(|s| &s.lines)
+            .map(|l| l.text.clone())
+            .collect();
+        assert!(text.contains("list directory contents"), "{text}");
+        let md =
+            parse_isolated(Path::new("README.md.gz"), gz(b"# Title\n\nbody\n"), &limits).unwrap();
+        assert_eq!(md.kind, DocKind::Markdown);
+        assert_eq!(
+            parse_isolated(Path::new("x.tar.gz"), gz(b"data"), &limits),
+            Err(SkipReason::Unsupported)
+        );
+        assert_eq!(
+            parse_isolated(Path::new("bin.gz"), gz(&[0u8, 1, 2, 0, 255, 0]), &limits),
+            Err(SkipReason::Binary)
+        );
+        let small = ParseLimits {
+            max_text_bytes: 1 << 16,
+            ..limits.clone()
+        };
+        assert_eq!(
+            parse_isolated(Path::new("bomb.txt.gz"), gz(&vec![b'a'; 1 << 20]), &small),
+            Err(SkipReason::TooLarge)
+        );
+        let mut corrupt = gz(b"some text long enough to be worth compressing, twice over");
+        let n = corrupt.len();
+        corrupt[12..n - 8].iter_mut().for_each(|b| *b ^= 0x5a);
+        assert_eq!(
+            parse_isolated(Path::new("c.txt.gz"), corrupt, &limits),
+            Err(SkipReason::ParseError)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod chunk;
 pub mod detect;
+pub mod gz;
 pub mod isolate;
 pub mod load;
 pub mod parse;
