@@ -347,6 +347,10 @@ impl GraphBuilder<'_> {
         &self.tensors[t.0].dims
     }
 
+    pub fn dtype(&self, t: TensorId) -> DType {
+        self.tensors[t.0].dtype
+    }
+
     fn raw(&self, t: TensorId) -> ffi::Tensor {
         let d = &self.tensors[t.0];
         let mut r = ffi::empty_tensor();
