@@ -2,8 +2,11 @@
 //! progressive, progressive-wc, optimal), simulated from a profile or run on a backend.
 
 use anyhow::{bail, Context};
-use npu_runtime::schedule::exact;
+use npu_runtime::schedule::choose::{
+    block_layers, choose, default_block_counts, LayoutChoice, Overheads, DEFAULT_CHUNKS,
+};
 use npu_runtime::schedule::instance::ns_to_ms;
+use npu_runtime::schedule::{choose, exact};
 use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Metrics, Profile, ScheduleKind};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -111,6 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Profile::paper_phone(),
     };
     let inst = Instance::from_profile(&profile, args.prompt_tokens, budget)?;
+    let choice = choose_layout(&profile, args.prompt_tokens, budget)?;
     let mut results: Vec<(ScheduleKind, Outcome)> = Vec::new();
     for &k in &kinds {
         let outcome = match k.plan(&inst) {
@@ -126,7 +130,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         results.push((k, outcome));
     }
-    report(&args, &profile, &inst, &results, None)
+    report(&args, &profile, &inst, &results, &choice, None)
+}
+
+/// The warm-up's choice of block count and chunk size for this prompt (see
+/// `npu_runtime::schedule::choose`), predicted with progressive-wc, with the per-call
+/// overhead estimated from the profile.
+fn choose_layout(
+    profile: &Profile,
+    prompt_tokens: usize,
+    budget: MemoryBudget,
+) -> anyhow::Result<LayoutChoice> {
+    let n_layers: usize = block_layers(profile)?.iter().sum();
+    Ok(choose(
+        profile,
+        prompt_tokens,
+        budget,
+        ScheduleKind::ProgressiveWc,
+        &default_block_counts(n_layers),
+        &DEFAULT_CHUNKS,
+        Overheads::estimate(profile),
+    )?)
+}
+
+fn choice_line(c: &LayoutChoice) -> String {
+    let p = &c.predicted;
+    format!(
+        "warm-up choice for {} tokens (predicted with {} over {} layouts, {:.3} ms per graph \
+         call): {} blocks, chunks of {} tokens: prefill {:.1} ms, stall {:.1} ms, TTFT {:.1} ms",
+        c.prompt_tokens,
+        c.schedule,
+        c.candidates.len(),
+        c.overheads.call_ms,
+        c.n_blocks,
+        c.chunk_tokens,
+        p.prefill_ms,
+        p.stall_ms,
+        p.ttft_ms
+    )
 }
 
 fn report(
@@ -134,6 +175,7 @@ fn report(
     profile: &Profile,
     inst: &Instance,
     results: &[(ScheduleKind, Outcome)],
+    choice: &LayoutChoice,
     note: Option<&str>,
 ) -> anyhow::Result<()> {
     let ideal_ms = ns_to_ms(inst.ideal_ttft());
@@ -161,6 +203,7 @@ fn report(
             "n_chunks": inst.n_chunks,
             "memory_budget": args.memory_budget,
             "ideal_ttft_ms": ideal_ms,
+            "layout_choice": choice,
             "note": note,
             "schedules": schedules,
             "skipped": skipped,
@@ -168,6 +211,7 @@ fn report(
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print!("{}", table(profile, inst, args, results));
+        println!("{}", choice_line(choice));
         if let Some(n) = note {
             println!("{n}");
         }
@@ -180,7 +224,7 @@ fn report(
         }
     }
     if let Some(path) = &args.benchmarks {
-        write_section(path, args, profile, inst, results, note)?;
+        write_section(path, args, profile, inst, results, choice, note)?;
         eprintln!("results written to {}", path.display());
     }
     Ok(())
@@ -238,45 +282,26 @@ fn table(
     s
 }
 
+/// This run's section of the benchmarks file, through the shared section writer (which
+/// stamps the command line, machine and date).
 fn write_section(
     path: &std::path::Path,
     args: &Args,
     profile: &Profile,
     inst: &Instance,
     results: &[(ScheduleKind, Outcome)],
+    choice: &LayoutChoice,
     note: Option<&str>,
 ) -> anyhow::Result<()> {
-    let tag = format!(
-        "bench-prefill:{}:{}:{}",
+    let key = format!(
+        "prefill:{}:{}:{}",
         args.backend, profile.model, args.prompt_tokens
     );
-    let begin = format!("<!-- {tag}:begin -->");
-    let end = format!("<!-- {tag}:end -->");
+    let title = format!(
+        "Prefill graph-switch schedules: {} / {}, {} prompt tokens",
+        args.backend, profile.model, args.prompt_tokens
+    );
     let mut body = String::new();
-    let _ = writeln!(body, "{begin}");
-    let _ = writeln!(
-        body,
-        "### Prefill graph-switch schedules: {} / {}, {} prompt tokens",
-        args.backend, profile.model, args.prompt_tokens
-    );
-    let _ = writeln!(body);
-    let mut cmd = format!(
-        "rag bench prefill --backend {} --prompt-tokens {} --schedule {} --memory-budget {}",
-        args.backend, args.prompt_tokens, args.schedule, args.memory_budget
-    );
-    if let Some(p) = &args.profile {
-        let _ = write!(cmd, " --profile {}", p.display());
-    }
-    if let Some(m) = &args.model {
-        let _ = write!(cmd, " --model {m}");
-    }
-    let _ = writeln!(body, "Command: `{cmd}`  ");
-    let _ = writeln!(
-        body,
-        "Run on: {} , {} (UTC)  ",
-        npu_runtime::schedule::profile::machine_id(),
-        crate::bench_report::utc_now()
-    );
     let _ = writeln!(body, "Profile source: {}  ", profile.source);
     let _ = writeln!(
         body,
@@ -286,30 +311,11 @@ fn write_section(
     );
     let _ = writeln!(body);
     body.push_str(&table(profile, inst, args, results));
+    let _ = writeln!(body, "\n{}", choice_line(choice));
     if let Some(n) = note {
         let _ = writeln!(body, "\n{n}");
     }
-    let _ = writeln!(body, "{end}");
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find(&begin), old.find(&end)) {
-        (Some(a), Some(b)) if a < b => format!(
-            "{}{}{}",
-            &old[..a],
-            body,
-            &old[b + end.len()..].trim_start_matches('\n')
-        ),
-        _ => {
-            let mut o = old;
-            if o.is_empty() {
-                o.push_str("# Benchmarks\n");
-            }
-            if !o.ends_with('\n') {
-                o.push('\n');
-            }
-            format!("{o}\n{body}")
-        }
-    };
-    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+    crate::bench_report::write_section_in(path, &key, &title, &body)
 }
 
 /// Real execution on the CPU backend: warm-up profile (cached), then every schedule planned
@@ -356,10 +362,12 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
     let prompt: Vec<u32> = (0..args.prompt_tokens as u32)
         .map(|i| (i.wrapping_mul(7919) + 13) % vocab)
         .collect();
+    let mut profiled_now = false;
     let profile = match (&args.profile, args.reprofile) {
         (Some(p), _) => Profile::load(p)?,
         (None, false) if cache.exists() => Profile::load(&cache)?,
         _ => {
+            profiled_now = true;
             exec.set_prompt(&prompt[..args.chunk.min(prompt.len())])?;
             exec.reset_forms()?;
             let cfg = WarmupConfig {
@@ -386,6 +394,18 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
         );
     }
     let inst = Instance::from_profile(&profile, args.prompt_tokens, budget)?;
+    // The layout choice is cached beside the profile it was derived from.
+    let choice_file = choose::choice_path(&cache, args.prompt_tokens, budget);
+    let choice = match LayoutChoice::load(&choice_file) {
+        Some(c) if !profiled_now && args.profile.is_none() => c,
+        _ => {
+            let c = choose_layout(&profile, args.prompt_tokens, budget)?;
+            if args.profile.is_none() {
+                c.save(&choice_file)?;
+            }
+            c
+        }
+    };
     exec.set_prompt(&prompt)?;
     let (n, c) = (exec.n_blocks(), exec.n_chunks());
     let double = inst.double_resident();
@@ -446,7 +466,7 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
         ns_to_ms(ideal.prefill_end),
         ns_to_ms(ideal.ttft),
     );
-    report(args, &profile, &inst, &results, Some(&note))
+    report(args, &profile, &inst, &results, &choice, Some(&note))
 }
 
 #[cfg(test)]
@@ -494,12 +514,23 @@ mod tests {
         std::fs::write(&path, "# Benchmarks\n\nother section\n").unwrap();
         let args = Wrap::parse_from(["x", "--prompt-tokens", "512"]).args;
         let (profile, inst, results) = sim_results(&args);
-        write_section(&path, &args, &profile, &inst, &results, None).unwrap();
-        write_section(&path, &args, &profile, &inst, &results, Some("a note")).unwrap();
+        let choice = choose_layout(&profile, 512, MemoryBudget::OneFormPerBlock).unwrap();
+        write_section(&path, &args, &profile, &inst, &results, &choice, None).unwrap();
+        write_section(
+            &path,
+            &args,
+            &profile,
+            &inst,
+            &results,
+            &choice,
+            Some("a note"),
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("other section"));
         assert_eq!(text.matches(":begin -->").count(), 1, "{text}");
         assert!(text.contains("a note") && text.contains("| progressive |"));
+        assert!(text.contains("warm-up choice for 512 tokens"), "{text}");
         let table = table(&profile, &inst, &args, &results);
         assert_eq!(
             table.lines().filter(|l| l.starts_with("| ")).count(),

@@ -45,6 +45,29 @@ pub struct Overheads {
     pub load_ms: f64,
 }
 
+impl Overheads {
+    /// Per-call overhead estimated from one profile: a chunk on G2 takes `chunk/g2` runs
+    /// where G1 takes one, so `(g2_chunk − g1_chunk) / (chunk/g2 − 1)` per block, averaged.
+    /// This charges all of G2's extra time to per-call costs (an upper bound: a
+    /// decode-shaped graph may also be slower per token). No load overhead is estimated.
+    pub fn estimate(p: &Profile) -> Overheads {
+        let runs = (p.chunk_tokens / p.g2_tokens) as f64;
+        if runs <= 1.0 || p.blocks.is_empty() {
+            return Overheads::default();
+        }
+        let per_call = p
+            .blocks
+            .iter()
+            .map(|b| ((b.g2_chunk_ms - b.g1_chunk_ms) / (runs - 1.0)).clamp(0.0, b.g1_chunk_ms))
+            .sum::<f64>()
+            / p.blocks.len() as f64;
+        Overheads {
+            call_ms: (per_call * 1e6).round() / 1e6,
+            load_ms: 0.0,
+        }
+    }
+}
+
 /// One evaluated candidate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CandidateResult {
@@ -280,9 +303,18 @@ impl LayoutChoice {
     }
 }
 
-/// Where the choice derived from the profile cached at `profile_path` is kept.
-pub fn choice_path(profile_path: &std::path::Path, prompt_tokens: usize) -> std::path::PathBuf {
-    profile_path.with_extension(format!("choice-p{prompt_tokens}.json"))
+/// Where the choice derived from the profile cached at `profile_path` is kept (one file
+/// per prompt length and budget, since both change the answer).
+pub fn choice_path(
+    profile_path: &std::path::Path,
+    prompt_tokens: usize,
+    budget: MemoryBudget,
+) -> std::path::PathBuf {
+    let b = match budget {
+        MemoryBudget::OneFormPerBlock => "one-form".to_string(),
+        MemoryBudget::Bytes(b) => format!("{b}B"),
+    };
+    profile_path.with_extension(format!("choice-p{prompt_tokens}-{b}.json"))
 }
 
 #[cfg(test)]
@@ -430,6 +462,17 @@ mod tests {
     }
 
     #[test]
+    fn overhead_estimate_charges_g2_extra_time_to_calls() {
+        let mut p = profile(2.0, 1.0);
+        p.chunk_tokens = 128; // 4 G2 runs per chunk
+        p.blocks
+            .iter_mut()
+            .for_each(|b| b.g2_chunk_ms = 2.0 + 3.0 * 0.5);
+        assert_eq!(Overheads::estimate(&p).call_ms, 0.5);
+        assert_eq!(Overheads::estimate(&profile(2.0, 1.0)).call_ms, 0.0);
+    }
+
+    #[test]
     fn a_budget_that_fits_no_candidate_is_an_error() {
         let p = profile(1.0, 2.0);
         let e = choose(
@@ -461,7 +504,12 @@ mod tests {
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let path = choice_path(&dir.path().join("m--cpu--x--c32.json"), 100);
+        let path = choice_path(
+            &dir.path().join("m--cpu--x--c32.json"),
+            100,
+            MemoryBudget::OneFormPerBlock,
+        );
+        assert!(path.ends_with("m--cpu--x--c32.choice-p100-one-form.json"));
         c.save(&path).unwrap();
         assert_eq!(LayoutChoice::load(&path), Some(c));
         std::fs::write(&path, "not json").unwrap();
