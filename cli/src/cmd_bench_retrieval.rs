@@ -4,6 +4,7 @@
 
 use crate::bench_report;
 use anyhow::{Context, Result};
+use npu_runtime::bert::WeightFormat;
 use rag::hybrid::{fuse, Fusion};
 use rag::index::{CANDIDATES, DEFAULT_FUSION};
 use rag::{Hit, Index, IndexOptions, IndexProgress, Phase, SearchMode};
@@ -255,7 +256,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         stats.chunks,
         questions.len(),
         a.questions.display(),
-        if dense { "all-MiniLM-L6-v2 on our runtime (f32, CPU)" } else { "none (--no-dense)" }
+        if dense { crate::cmd_index::embedder_label() } else { "none (--no-dense)".into() }
     )?;
     writeln!(
         body,
@@ -297,11 +298,18 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         println!("{body}");
     }
     if !a.no_write {
-        bench_report::write_section(
-            "retrieval-quality",
-            "Retrieval quality (rag bench retrieval)",
-            &body,
-        )?;
+        let (key, title) = if crate::cmd_index::embed_format()? == WeightFormat::Q8_0 {
+            (
+                "retrieval-quality-q8_0",
+                "Retrieval quality, Q8_0 embedder (RAG_EMBED_FORMAT=q8_0 rag bench retrieval)",
+            )
+        } else {
+            (
+                "retrieval-quality",
+                "Retrieval quality (rag bench retrieval)",
+            )
+        };
+        bench_report::write_section(key, title, &body)?;
     }
     Ok(())
 }
@@ -411,7 +419,7 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
         a.corpus.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "),
         planned,
         summary.chunks_total,
-        if dense { "all-MiniLM-L6-v2 on our runtime (f32, CPU)" } else { "none (--no-dense: BM25 only)" }
+        if dense { crate::cmd_index::embedder_label() } else { "none (--no-dense: BM25 only)".into() }
     )?;
     writeln!(body, "| chunks | index total (s) | walk+parse+chunk+store+BM25 (s) | embed (s) | throughput (chunks/s, end to end) | no-op re-run (s) |")?;
     writeln!(body, "|---|---|---|---|---|---|")?;
@@ -448,10 +456,26 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
         println!("{body}");
     }
     if !a.no_write {
-        let key = format!("retrieval-scale-{n}{}", if dense { "" } else { "-bm25" });
+        let q8 = dense && crate::cmd_index::embed_format()? == WeightFormat::Q8_0;
+        let key = format!(
+            "retrieval-scale-{n}{}",
+            if !dense {
+                "-bm25"
+            } else if q8 {
+                "-q8_0"
+            } else {
+                ""
+            }
+        );
         let title = format!(
             "Retrieval at scale: {n} chunks{}",
-            if dense { "" } else { " (BM25 only)" }
+            if !dense {
+                " (BM25 only)"
+            } else if q8 {
+                " (Q8_0 embedder)"
+            } else {
+                ""
+            }
         );
         bench_report::write_section(&key, &title, &body)?;
     }

@@ -55,8 +55,29 @@ pub fn load_embedder(no_dense: bool) -> Result<Option<Arc<dyn Embedder>>> {
             dir.display()
         );
     }
-    let e = rag::embed::MiniLmEmbedder::load(&dir)?;
+    let e = rag::embed::MiniLmEmbedder::load_with(&dir, embed_format()?)?;
     Ok(Some(Arc::new(e)))
+}
+
+/// Weight format of the embedder: `RAG_EMBED_FORMAT=f32` (default) or `q8_0`. The format is
+/// part of the index's model id, so switching re-embeds every chunk.
+pub fn embed_format() -> Result<npu_runtime::bert::WeightFormat> {
+    use npu_runtime::bert::WeightFormat;
+    match std::env::var("RAG_EMBED_FORMAT").ok().as_deref() {
+        None | Some("") | Some("f32") => Ok(WeightFormat::F32),
+        Some("q8_0") => Ok(WeightFormat::Q8_0),
+        Some(other) => bail!("RAG_EMBED_FORMAT={other}: expected f32 or q8_0"),
+    }
+}
+
+/// How benchmark reports name the embedder.
+pub fn embedder_label() -> String {
+    match embed_format() {
+        Ok(npu_runtime::bert::WeightFormat::Q8_0) => {
+            "all-MiniLM-L6-v2 on our runtime (Q8_0 weights, CPU)".into()
+        }
+        _ => "all-MiniLM-L6-v2 on our runtime (f32, CPU)".into(),
+    }
 }
 
 pub fn run(a: Args) -> Result<()> {
