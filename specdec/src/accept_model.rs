@@ -21,6 +21,15 @@ const KINDS: usize = 6;
 const STRENGTHS: usize = 8;
 const STEPS: usize = 8;
 pub const N_FEATURES: usize = KINDS * STRENGTHS * STEPS;
+/// Learned keys: a node's strongest feature, alone or confirmed by other sources.
+pub const N_KEYS: usize = 2 * N_FEATURES;
+
+/// Key of a node from its strongest feature and whether several candidates (other
+/// sources, or other matches) proposed the same token there: agreement is its own
+/// evidence, and keeping it apart stops it from inflating single-source estimates.
+pub fn node_key(best: u16, agreed: bool) -> u16 {
+    best + if agreed { N_FEATURES as u16 } else { 0 }
+}
 
 /// Feature id of a node: `kind`, `strength` (0..8, saturating) and its index
 /// along the inserted candidate (0..8, saturating).
@@ -63,8 +72,8 @@ pub struct AcceptModel {
 impl Default for AcceptModel {
     fn default() -> Self {
         AcceptModel {
-            hits: vec![0.0; N_FEATURES],
-            trials: vec![0.0; N_FEATURES],
+            hits: vec![0.0; N_KEYS],
+            trials: vec![0.0; N_KEYS],
             prior_weight: 4.0,
             decay: 0.995,
         }
@@ -72,8 +81,8 @@ impl Default for AcceptModel {
 }
 
 impl AcceptModel {
-    /// Estimated probability that a node with this feature is accepted given that
-    /// its parent is, where the drafter's own guess was `prior`.
+    /// Estimated probability that a node with this key is accepted given that its
+    /// parent is, where the drafter's own guess was `prior`.
     pub fn p(&self, feat: u16, prior: f32) -> f32 {
         let f = feat as usize;
         let (h, n) = (self.hits[f], self.trials[f]);
@@ -86,7 +95,7 @@ impl AcceptModel {
         self.hits[f] = self.hits[f] * self.decay + if hit { 1.0 } else { 0.0 };
     }
 
-    /// Trials seen for a feature (decayed).
+    /// Trials seen for a key (decayed).
     pub fn trials(&self, feat: u16) -> f32 {
         self.trials[feat as usize]
     }
@@ -108,6 +117,8 @@ mod tests {
         }
         assert_eq!(seen.len(), N_FEATURES);
         assert_eq!(feature(9, 99, 99) as usize, N_FEATURES - 1);
+        assert_eq!(node_key(feature(9, 99, 99), true) as usize, N_KEYS - 1);
+        assert_ne!(node_key(3, true), node_key(3, false));
         assert_eq!(match_strength(1), 0);
         assert_eq!(match_strength(6), 4);
         assert_eq!(match_strength(100), 7);

@@ -273,41 +273,22 @@ impl Drafter for SamDrafter {
         debug_assert_eq!(ctx.len(), self.own.len());
         let depth = tree.max_depth();
         // Own context: longest suffix with an earlier occurrence, then shorter ones.
-        if let Some((len, end)) = self.own.self_match() {
+        // Raw-text continuations go in first (the trie has a node cap), then the
+        // database's, then the calibrated trees, which mostly refine them.
+        let mut own = [(0usize, 0usize); 8];
+        let mut n_own = 0;
+        if self.own.self_match().is_some() {
             let m = self.own.match_state_of_self();
             self.own
-                .link_chain(m, &mut self.chain, self.cfg.self_branches);
-            debug_assert_eq!(self.chain.first().map(|c| c.0), Some(len));
-            let _ = end;
-            for i in 0..self.chain.len() {
-                let (len, end) = self.chain[i];
+                .link_chain(m, &mut self.chain, self.cfg.self_branches.min(own.len()));
+            for &(len, end) in &self.chain {
+                own[n_own] = (len, end);
+                n_own += 1;
                 let base = match_confidence(len);
-                if self.cfg.calibration && end < self.calib.prompt_len() {
-                    let cb = (base * 1.1).min(0.95);
-                    self.calib
-                        .chains(end, &self.cfg.calib_branch, depth, &mut |toks, probs| {
-                            let mut acc = [0f32; 64];
-                            let mut st = [0u8; 64];
-                            let mut s = cb;
-                            for (d, &p) in probs.iter().enumerate().take(64) {
-                                s *= p * 0.97;
-                                acc[d] = s;
-                                st[d] = prob_strength(p) as u8;
-                            }
-                            tree.insert_feat(
-                                0,
-                                toks,
-                                |d| acc[d.min(63)],
-                                |d| feature(KIND_CALIB, st[d.min(63)] as usize, d),
-                                SRC_CALIB,
-                            );
-                        });
-                }
-                let cont = self.own.continuation(end, depth);
                 let ms = match_strength(len);
                 tree.insert_feat(
                     0,
-                    cont,
+                    self.own.continuation(end, depth),
                     |d| base * 0.92f32.powi(d as i32),
                     |d| feature(KIND_SELF, ms, d),
                     SRC_SELF,
@@ -327,6 +308,33 @@ impl Drafter for SamDrafter {
                     |d| feature(KIND_DB, ms, d),
                     SRC_DB,
                 );
+            }
+        }
+        // Calibrated trees from the prompt positions of the own matches.
+        if self.cfg.calibration {
+            for &(len, end) in &own[..n_own] {
+                if end >= self.calib.prompt_len() {
+                    continue;
+                }
+                let cb = (match_confidence(len) * 1.1).min(0.95);
+                self.calib
+                    .chains(end, &self.cfg.calib_branch, depth, &mut |toks, probs| {
+                        let mut acc = [0f32; 64];
+                        let mut st = [0u8; 64];
+                        let mut s = cb;
+                        for (d, &p) in probs.iter().enumerate().take(64) {
+                            s *= p * 0.97;
+                            acc[d] = s;
+                            st[d] = prob_strength(p) as u8;
+                        }
+                        tree.insert_feat(
+                            0,
+                            toks,
+                            |d| acc[d.min(63)],
+                            |d| feature(KIND_CALIB, st[d.min(63)] as usize, d),
+                            SRC_CALIB,
+                        );
+                    });
             }
         }
         // Reused rejected segments: resume a partly emitted one, start one at its

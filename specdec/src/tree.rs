@@ -14,7 +14,7 @@ pub const SRC_EXT: u8 = 8;
 pub const SRC_PLD: u8 = 16;
 
 use crate::accept_model::{
-    feature, AcceptModel, KIND_CALIB, KIND_DB, KIND_EXT, KIND_OTHER, KIND_PLD, KIND_SELF,
+    feature, node_key, AcceptModel, KIND_CALIB, KIND_DB, KIND_EXT, KIND_OTHER, KIND_PLD, KIND_SELF,
 };
 
 /// Features kept per node (distinct sources that proposed it).
@@ -50,6 +50,17 @@ struct Node {
 }
 
 impl Node {
+    /// Learned key and prior: the strongest proposal, and whether it was confirmed.
+    fn key(&self) -> (u16, f32) {
+        let n = self.nfeat as usize;
+        let best = self.feats[..n]
+            .iter()
+            .copied()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, 0.0));
+        (node_key(best.0, n >= 2), best.1)
+    }
+
     fn add_feat(&mut self, f: u16, prior: f32) {
         let n = self.nfeat as usize;
         if let Some(e) = self.feats[..n].iter_mut().find(|e| e.0 == f) {
@@ -321,14 +332,11 @@ impl DraftTree {
             if self.nodes[i].score > self.nodes[p].score {
                 self.nodes[i].score = self.nodes[p].score;
             }
-            let node = &self.nodes[i];
-            let cond = node.feats[..node.nfeat as usize]
-                .iter()
-                .map(|&(f, prior)| match model {
-                    Some(m) => m.p(f, prior),
-                    None => prior,
-                })
-                .fold(0.0f32, f32::max);
+            let (key, prior) = self.nodes[i].key();
+            let cond = match model {
+                Some(m) => m.p(key, prior),
+                None => prior,
+            };
             self.nodes[i].est = self.nodes[p].est * cond;
         }
         self.order.clear();
@@ -369,9 +377,7 @@ impl DraftTree {
             while c >= 0 {
                 let node = &self.nodes[c as usize];
                 let hit = node.token == t;
-                for &(f, _) in &node.feats[..node.nfeat as usize] {
-                    model.observe(f, hit);
-                }
+                model.observe(node.key().0, hit);
                 if hit {
                     next = Some(c as usize);
                 }
@@ -593,9 +599,11 @@ mod tests {
 
     #[test]
     fn learn_counts_children_of_the_true_path() {
-        use crate::accept_model::{feature, KIND_DB, KIND_SELF};
+        use crate::accept_model::{feature, node_key, KIND_DB, KIND_SELF};
         let fa = |d| feature(KIND_SELF, 1, d);
         let fb = |d| feature(KIND_DB, 1, d);
+        let ka = |d| node_key(fa(d), false);
+        let kb = |d| node_key(fb(d), false);
         let mut t = DraftTree::new(64, 16);
         t.reset(0);
         t.insert_feat(0, &[1, 2, 3], |_| 0.9, fa, SRC_SELF);
@@ -603,18 +611,20 @@ mod tests {
         t.insert_feat(0, &[5], |_| 0.5, fb, SRC_DB);
         let mut m = AcceptModel::default();
         t.learn(&[1, 2, 9, 9], &mut m);
-        // Root's children: 1 (both features, hit) and 5 (miss); 1's children:
-        // 2 (hit) and 4 (miss); 2's child 3 (miss); then the walk ends.
-        assert!((m.trials(fa(0)) - 1.0).abs() < 1e-6);
-        assert!((m.trials(fb(0)) - 2.0).abs() < 0.01); // decayed once
-        assert!((m.trials(fa(1)) - 1.0).abs() < 1e-6);
-        assert!((m.trials(fb(1)) - 1.0).abs() < 1e-6);
-        assert!((m.trials(fa(2)) - 1.0).abs() < 1e-6);
-        assert!(m.p(fa(1), 0.5) > 0.5 && m.p(fb(1), 0.5) < 0.5);
+        // Root's children: 1 (proposed by both: the agreed key of its strongest
+        // feature, hit) and 5 (miss); 1's children: 2 (hit) and 4 (miss); 2's child 3
+        // (miss); then the walk ends.
+        assert!((m.trials(node_key(fa(0), true)) - 1.0).abs() < 1e-6);
+        assert_eq!(m.trials(ka(0)), 0.0);
+        assert!((m.trials(kb(0)) - 1.0).abs() < 1e-6);
+        assert!((m.trials(ka(1)) - 1.0).abs() < 1e-6);
+        assert!((m.trials(kb(1)) - 1.0).abs() < 1e-6);
+        assert!((m.trials(ka(2)) - 1.0).abs() < 1e-6);
+        assert!(m.p(ka(1), 0.5) > 0.5 && m.p(kb(1), 0.5) < 0.5);
         // A future that stops early records only what is known.
         let mut m2 = AcceptModel::default();
         t.learn(&[1], &mut m2);
-        assert_eq!(m2.trials(fa(1)), 0.0);
+        assert_eq!(m2.trials(ka(1)), 0.0);
     }
 
     #[test]
