@@ -268,7 +268,11 @@ pub fn matmul_with_isa(
         // for the duration of this call.
         unsafe {
             let dst = std::slice::from_raw_parts_mut(out_ptr.get().add(t * rows + r0), n);
-            dst.copy_from_slice(&acc[..n]);
+            // A fixed-size copy for full groups (inline vector moves, not a memmove call).
+            match <&mut [f32; GROUP]>::try_from(&mut *dst) {
+                Ok(full) => *full = *acc,
+                Err(_) => dst.copy_from_slice(&acc[..n]),
+            }
         }
     };
     pool.parallel_for(n_tasks, &|task| {
