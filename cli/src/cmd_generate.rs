@@ -26,6 +26,75 @@ pub struct Args {
     /// Compute threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Where the block graphs run: `cpu`, or `qnn` (Qualcomm HTP; on x86-64 the emulator
+    /// from `scripts/fetch-model.sh qnn-htp`, slow).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "qnn"])]
+    pub backend: String,
+    /// QNN: KV slots of the compiled graphs (a fixed shape, so compiled graphs are reused
+    /// from the context cache across prompts); prompt + max_tokens must fit.
+    #[arg(long, default_value_t = 128)]
+    pub qnn_kv: usize,
+    /// QNN: tokens per prefill-graph run.
+    #[arg(long, default_value_t = 8)]
+    pub qnn_chunk: usize,
+    /// QNN: number of blocks (graphs per shape) the layers are split into.
+    #[arg(long, default_value_t = 2)]
+    pub qnn_blocks: usize,
+}
+
+/// Greedy generation on the QNN backend through the block driver.
+fn generate_qnn(
+    args: &Args,
+    model: &std::sync::Arc<Model>,
+    prompt: &[u32],
+    on_token: impl FnMut(u32) -> bool,
+) -> Result<npu_runtime::session::GenerationStats> {
+    use npu_runtime::qnn::{generate_greedy, BinaryCache, BlockRunner, QnnBackend};
+    use npu_runtime::session::StopReason;
+    if prompt.len() + args.max_tokens > args.qnn_kv {
+        anyhow::bail!(
+            "prompt ({} tokens) + --max-tokens {} exceed --qnn-kv {}",
+            prompt.len(),
+            args.max_tokens,
+            args.qnn_kv
+        );
+    }
+    let backend = QnnBackend::new(
+        model.clone(),
+        args.qnn_kv,
+        Some(BinaryCache::new(BinaryCache::default_dir())),
+    )?;
+    let t0 = std::time::Instant::now();
+    let mut r = BlockRunner::new(
+        backend,
+        model.clone(),
+        args.qnn_blocks,
+        args.qnn_chunk,
+        args.qnn_kv,
+    )?;
+    eprintln!(
+        "[qnn: {} graphs compiled or loaded from the context cache in {:.1} s]",
+        r.graphs().count(),
+        t0.elapsed().as_secs_f64()
+    );
+    let s = generate_greedy(&mut r, prompt, args.max_tokens, on_token)?;
+    Ok(npu_runtime::session::GenerationStats {
+        prompt_tokens: s.prompt_tokens,
+        generated: s.generated,
+        prefill_ms: s.prefill_ms,
+        decode_ms: s.decode_ms,
+        decode_tok_s: if s.decode_ms > 0.0 {
+            s.decode_steps as f64 / (s.decode_ms / 1e3)
+        } else {
+            0.0
+        },
+        // The driver stops early only at an end-of-generation token or a closed stdout.
+        stop: if s.generated >= args.max_tokens {
+            StopReason::MaxTokens
+        } else {
+            StopReason::EndOfGeneration
+        },
+    })
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -59,19 +128,11 @@ pub fn run(args: Args) -> Result<()> {
             prompt.len()
         );
     }
-    let kv_capacity = (prompt.len() + args.max_tokens + 1).min(ctx);
-    let mut session = Session::new(
-        model.clone(),
-        SessionOptions {
-            kv_capacity,
-            ..SessionOptions::default()
-        },
-    )?;
     let mut ids = Vec::new();
     let mut stream = StreamDecoder::new();
     let mut piece = String::new();
     let mut stdout = std::io::stdout().lock();
-    let stats = generate_greedy(&mut session, &prompt, args.max_tokens, |t| {
+    let on_token = |t| {
         ids.push(t);
         if !args.json {
             piece.clear();
@@ -82,7 +143,20 @@ pub fn run(args: Args) -> Result<()> {
                 .is_ok();
         }
         true
-    })?;
+    };
+    let stats = if args.backend == "qnn" {
+        generate_qnn(&args, &model, &prompt, on_token)?
+    } else {
+        let kv_capacity = (prompt.len() + args.max_tokens + 1).min(ctx);
+        let mut session = Session::new(
+            model.clone(),
+            SessionOptions {
+                kv_capacity,
+                ..SessionOptions::default()
+            },
+        )?;
+        generate_greedy(&mut session, &prompt, args.max_tokens, on_token)?
+    };
     if args.json {
         let text = tok.decode(&ids)?;
         let obj = serde_json::json!({
