@@ -3,7 +3,7 @@
 //! against the reference action. Reports action accuracy and per-step latency.
 //!
 //!     cargo run --release -p rag --example ui_agent -- [DATASET] [--limit N] [--every K]
-//!         [--model M] [--raw]
+//!         [--skip N] [--model M] [--raw]
 //!
 //! DATASET defaults to ../shared/data/ui/droidtask_ui.jsonl. `--every K` scores every K-th
 //! step (a spread over all 13 apps when time allows fewer than 560 steps); `--limit N` stops
@@ -155,12 +155,14 @@ fn main() -> Result<()> {
     let mut dataset = "../shared/data/ui/droidtask_ui.jsonl".to_owned();
     let mut limit = usize::MAX;
     let mut every = 1usize;
+    let mut skip = 0usize;
     let mut raw = false;
     let mut model = rag::models::DEFAULT_MODEL.to_owned();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--limit" => limit = args.next().context("--limit N")?.parse()?,
             "--every" => every = args.next().context("--every K")?.parse::<usize>()?.max(1),
+            "--skip" => skip = args.next().context("--skip N")?.parse()?,
             "--model" => model = args.next().context("--model M")?,
             "--raw" => raw = true,
             other => dataset = other.to_owned(),
@@ -180,7 +182,7 @@ fn main() -> Result<()> {
     let (mut steps, mut correct, mut latencies) = (0usize, 0usize, Vec::new());
     let mut per_app: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     let records = text.lines().filter(|l| !l.trim().is_empty());
-    for line in records.step_by(every).take(limit) {
+    for line in records.skip(skip).step_by(every).take(limit) {
         let rec: serde_json::Value = serde_json::from_str(line)?;
         let prompt = rec["turns"][0]
             .as_str()
@@ -189,9 +191,7 @@ fn main() -> Result<()> {
             .as_str()
             .context("record without reference")?;
         let app = rec["app"].as_str().unwrap_or("");
-        let screen = prompt
-            .find("Current screen:")
-            .map_or("", |a| &prompt[a..]);
+        let screen = prompt.find("Current screen:").map_or("", |a| &prompt[a..]);
         let t = Instant::now();
         let answer = if raw {
             // The recorded prompt as is: task, actions so far, screen, format instruction.
@@ -258,7 +258,7 @@ fn main() -> Result<()> {
         .map(|(a, (n, c))| format!("{a} {c}/{n}"))
         .collect();
     println!(
-        "model {model}, prompt {}, steps {steps} (every {every}), action accuracy {:.1}% ({correct}/{steps}), latency p50 {:.0} ms, p90 {:.0} ms, mean {:.0} ms\nper app: {}",
+        "model {model}, prompt {}, steps {steps} (every {every} from {skip}), action accuracy {:.1}% ({correct}/{steps}), latency p50 {:.0} ms, p90 {:.0} ms, mean {:.0} ms\nper app: {}",
         if raw { "raw" } else { "one-shot" },
         100.0 * correct as f64 / steps.max(1) as f64,
         pct(0.5),
