@@ -27,6 +27,165 @@ pub struct Args {
     /// Do not write the BENCHMARKS.md section.
     #[arg(long)]
     pub no_report: bool,
+    /// `cpu`, or `qnn` (per-block timings of the QNN HTP backend; slow in emulation).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "qnn"])]
+    pub backend: String,
+    /// QNN: KV slots of the graphs.
+    #[arg(long, default_value_t = 64)]
+    pub qnn_kv: usize,
+    /// QNN: tokens per prefill-graph run (the G1 shape; G2 is one token).
+    #[arg(long, default_value_t = 8)]
+    pub qnn_chunk: usize,
+    /// QNN: number of blocks.
+    #[arg(long, default_value_t = 2)]
+    pub qnn_blocks: usize,
+    /// QNN: compile into a fresh, temporary context cache (measures finalize/serialize).
+    #[arg(long)]
+    pub qnn_cold: bool,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Per-block QNN timings (compile, finalize, serialize, load, free, execute at both
+/// shapes), a scheduler profile from them, and the BENCHMARKS.md section `qnn`.
+fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
+    use npu_runtime::backend::Backend;
+    use npu_runtime::qnn::{BinaryCache, BlockRunner, QnnBackend};
+    use npu_runtime::schedule::profile::{self, BlockProfile, Profile, PROFILE_FORMAT};
+    let cold = std::env::temp_dir().join(format!("rag-qnn-cold-{}", std::process::id()));
+    let cache_dir = if args.qnn_cold {
+        cold.clone()
+    } else {
+        BinaryCache::default_dir()
+    };
+    let backend = QnnBackend::new(
+        model.clone(),
+        args.qnn_kv,
+        Some(BinaryCache::new(cache_dir)),
+    )?;
+    let t0 = Instant::now();
+    let r = BlockRunner::new(
+        backend,
+        model.clone(),
+        args.qnn_blocks,
+        args.qnn_chunk,
+        args.qnn_kv,
+    );
+    if args.qnn_cold {
+        let _ = std::fs::remove_dir_all(&cold);
+    }
+    let mut r = r?;
+    let setup_s = t0.elapsed().as_secs_f64();
+    let toks = bench_tokens(args.qnn_chunk + 1, model.vocab_size());
+    let nb = args.qnn_blocks.min(model.config().n_layer).max(1);
+    let (mut g1, mut g2) = (vec![Vec::new(); nb], vec![Vec::new(); nb]);
+    r.prefill(&toks[..args.qnn_chunk])?; // warm-up
+    for _ in 0..args.reps.max(1) {
+        r.reset()?;
+        r.prefill(&toks[..args.qnn_chunk])?;
+        r.decode_step(toks[args.qnn_chunk])?;
+        let (b, pre, dec) = r.graphs_mut();
+        for i in 0..nb {
+            g1[i].push(b.stats(&pre[i]).last_execute.as_secs_f64() * 1e3);
+            g2[i].push(b.stats(&dec[i]).last_execute.as_secs_f64() * 1e3);
+        }
+    }
+    // Free and load every graph once more to time the switch.
+    let (b, pre, dec) = r.graphs_mut();
+    for g in pre.iter_mut().chain(dec.iter_mut()) {
+        b.unload(g);
+        b.load(g)?;
+    }
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut body = format!(
+        "Model `{name}`, QNN HTP backend (x86-64 emulator from the onnxruntime-qnn wheel,          QNN build {}), fp16 weights and activations, {nb} blocks, G1 = {} tokens,          G2 = 1 token, {} KV slots; execute times are medians of {} runs. Machine shared          with other jobs (loaded). Compile = build + finalize + serialize on a context-cache          miss, else reading the cached binary; all graphs ready in {setup_s:.1} s.\n\n\
+         | block | layers | shape | compile ms | finalize ms | serialize ms | cached | binary MB | load ms | free ms | execute ms |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        npu_runtime::qnn::runtime()?.build_id(),
+        args.qnn_chunk,
+        args.qnn_kv,
+        args.reps.max(1)
+    );
+    let mut blocks = Vec::new();
+    let (mut sum1, mut sum2) = (0.0, 0.0);
+    for i in 0..nb {
+        let (e1, e2) = (median(g1[i].clone()), median(g2[i].clone()));
+        sum1 += e1;
+        sum2 += e2;
+        for (g, e, shape) in [(&pre[i], e1, args.qnn_chunk), (&dec[i], e2, 1)] {
+            let t = g.times();
+            let l = &b.block(g).layers;
+            body.push_str(&format!(
+                "| {i} | {}-{} | T={shape} | {:.0} | {:.0} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {e:.1} |\n",
+                l.start,
+                l.end - 1,
+                ms(b.stats(g).compile),
+                ms(t.finalize),
+                ms(t.serialize),
+                if t.cache_hit { "yes" } else { "no" },
+                t.binary_bytes as f64 / 1e6,
+                ms(t.load),
+                ms(t.free),
+            ));
+        }
+        let l = &b.block(&pre[i]).layers;
+        blocks.push(BlockProfile {
+            layers: format!("{}-{}", l.start, l.end - 1),
+            g1_chunk_ms: e1,
+            g2_chunk_ms: e2 * args.qnn_chunk as f64,
+            load_g2_ms: ms(dec[i].times().load),
+            unload_g1_ms: ms(pre[i].times().free),
+            mem_g1_bytes: pre[i].times().binary_bytes as u64,
+            mem_g2_bytes: dec[i].times().binary_bytes as u64,
+        });
+    }
+    body.push_str(&format!(
+        "\nWhole model from the block sums: prefill {:.2} tok/s (G1), decode {:.2} tok/s (G2).\n",
+        args.qnn_chunk as f64 / (sum1 / 1e3),
+        1.0 / (sum2 / 1e3)
+    ));
+    let machine = profile::machine_id();
+    let prof = Profile {
+        format: PROFILE_FORMAT.into(),
+        model: name.into(),
+        backend: "qnn-htp".into(),
+        machine: machine.clone(),
+        source: format!("measured by rag bench model --backend qnn on {machine} (HTP emulator)"),
+        chunk_tokens: args.qnn_chunk,
+        g2_tokens: 1,
+        decode_step_ms: sum2,
+        switch_needed: true,
+        blocks,
+    };
+    prof.validate()?;
+    let path = profile::cache_path(
+        &profile::cache_dir(),
+        name,
+        "qnn-htp",
+        &machine,
+        args.qnn_chunk,
+    );
+    prof.save(&path)?;
+    body.push_str(&format!(
+        "\nScheduler profile written to `{}`.\n",
+        path.display()
+    ));
+    if !args.no_report {
+        bench_report::write_section(
+            "qnn",
+            &format!("rag bench model --backend qnn: {name}"),
+            &body,
+        )?;
+    }
+    if args.json {
+        println!("{}", prof.to_json());
+    } else {
+        println!("{body}");
+    }
+    Ok(())
 }
 
 const VERIFY_SIZES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
@@ -88,6 +247,12 @@ pub fn run(args: Args) -> Result<()> {
         },
     )
     .with_context(|| format!("loading {}", path.display()))?;
+    if args.backend == "qnn" {
+        let name = path
+            .file_name()
+            .map_or_else(|| args.model.clone(), |f| f.to_string_lossy().into_owned());
+        return run_qnn(&args, &model, &name);
+    }
     if model.config().ctx_len < 2048 {
         anyhow::bail!("the benchmark needs a context of 2048 tokens");
     }

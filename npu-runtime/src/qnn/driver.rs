@@ -82,6 +82,11 @@ impl<B: Backend> BlockRunner<B> {
         self.kv.n_past()
     }
 
+    /// Forgets the context (the graphs stay loaded).
+    pub fn reset(&mut self) -> Result<()> {
+        self.kv.truncate(0)
+    }
+
     /// Prefill-shape graphs then decode-shape graphs, block order.
     pub fn graphs(&self) -> impl Iterator<Item = &B::Graph> {
         self.prefill.iter().chain(&self.decode)
