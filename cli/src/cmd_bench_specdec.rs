@@ -434,7 +434,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     if let Some(l) = &llama {
         table.push_str(&format!(
-            "\nllama.cpp ({}) on the same prompt tokens: none {:.1} tok/s, prompt lookup {:.1} tok/s \
+            "\n{} on the same prompt tokens: none {:.1} tok/s, prompt lookup {:.1} tok/s \
              ({:.2}x over its none, {} mismatches). Decode tok/s of each mode here / llama.cpp lookup: {}.\n",
             l.engine,
             l.none_tok_s,
