@@ -101,7 +101,11 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
     }
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let mut body = format!(
-        "Model `{name}`, QNN HTP backend (x86-64 emulator from the onnxruntime-qnn wheel,          QNN build {}), fp16 weights and activations, {nb} blocks, G1 = {} tokens,          G2 = 1 token, {} KV slots; execute times are medians of {} runs. Machine shared          with other jobs (loaded). Compile = build + finalize + serialize on a context-cache          miss, else reading the cached binary; all graphs ready in {setup_s:.1} s.\n\n\
+        "Model `{name}`, QNN HTP backend (x86-64 emulator from the onnxruntime-qnn wheel, \
+         QNN build {}), fp16 weights and activations, {nb} blocks, G1 = {} tokens, \
+         G2 = 1 token, {} KV slots; execute times are medians of {} runs. Machine shared \
+         with other jobs (loaded). Compile = build + finalize + serialize on a context-cache \
+         miss, else reading the cached binary; all graphs ready in {setup_s:.1} s.\n\n\
          | block | layers | shape | compile ms | finalize ms | serialize ms | cached | binary MB | load ms | free ms | execute ms |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n",
         npu_runtime::qnn::runtime()?.build_id(),

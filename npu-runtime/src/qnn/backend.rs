@@ -83,7 +83,10 @@ impl QnnBackend {
     pub fn new(model: Arc<Model>, kv_capacity: usize, cache: Option<BinaryCache>) -> Result<Self> {
         runtime()?;
         let c = model.config();
-        if c.head_dim % 2 != 0 || c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0 {
+        if !c.head_dim.is_multiple_of(2)
+            || c.n_head_kv == 0
+            || !c.n_head.is_multiple_of(c.n_head_kv)
+        {
             return Err(RuntimeError::Backend(format!(
                 "unsupported head layout: {} heads, {} KV heads, head_dim {}",
                 c.n_head, c.n_head_kv, c.head_dim

@@ -142,7 +142,10 @@ impl QnnRuntime {
             let providers: Vec<&ffi::InterfaceProvider> =
                 unsafe { std::slice::from_raw_parts(list, n as usize) }
                     .iter()
-                    .filter_map(|p| unsafe { p.as_ref() })
+                    .filter_map(|p| {
+                        // SAFETY: each entry is null or a provider in the library's data.
+                        unsafe { p.as_ref() }
+                    })
                     .collect();
             let p = providers
                 .iter()
@@ -189,6 +192,7 @@ impl QnnRuntime {
                 .ok_or_else(|| load_err("no getBuildId".into()))?;
             // SAFETY: `id` is a valid out-pointer; the string is owned by the library.
             check("backendGetBuildId", unsafe { f(&mut id) })?;
+            // SAFETY: the library returned a NUL-terminated string (or null).
             let build_id = unsafe { cstr(id) };
             let mut backend: Handle = std::ptr::null_mut();
             let f = t
