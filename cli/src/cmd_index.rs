@@ -59,15 +59,9 @@ pub fn load_embedder(no_dense: bool) -> Result<Option<Arc<dyn Embedder>>> {
     Ok(Some(Arc::new(e)))
 }
 
-/// Weight format of the embedder: `RAG_EMBED_FORMAT=f32` (default) or `q8_0`. The format is
-/// part of the index's model id, so switching re-embeds every chunk.
+/// Weight format of the embedder (`RAG_EMBED_FORMAT`, see [`rag::embed::configured_format`]).
 pub fn embed_format() -> Result<npu_runtime::bert::WeightFormat> {
-    use npu_runtime::bert::WeightFormat;
-    match std::env::var("RAG_EMBED_FORMAT").ok().as_deref() {
-        None | Some("") | Some("f32") => Ok(WeightFormat::F32),
-        Some("q8_0") => Ok(WeightFormat::Q8_0),
-        Some(other) => bail!("RAG_EMBED_FORMAT={other}: expected f32 or q8_0"),
-    }
+    rag::embed::configured_format()
 }
 
 /// How benchmark reports name the embedder.

@@ -202,7 +202,7 @@ impl Assistant {
     pub fn open(opts: AssistantOptions) -> Result<Self> {
         let embedder: Option<Arc<dyn Embedder>> = if opts.dense {
             let dir = models::ensure(models::DEFAULT_EMBEDDER)?;
-            Some(Arc::new(MiniLmEmbedder::load(&dir)?))
+            Some(Arc::new(MiniLmEmbedder::load_configured(&dir)?))
         } else {
             None
         };

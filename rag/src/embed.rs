@@ -91,6 +91,13 @@ impl MiniLmEmbedder {
         })
     }
 
+    /// Loads with the weight format named by `RAG_EMBED_FORMAT` (`f32`, the default, or
+    /// `q8_0`); every entry point (CLI, [`crate::assistant::Assistant`]) loads this way, so
+    /// an index is never embedded by one format and queried by another.
+    pub fn load_configured(dir: &Path) -> Result<Self> {
+        Self::load_with(dir, configured_format()?)
+    }
+
     /// Token ids the encoder sees for `text` ([CLS] … [SEP], at most [`MAX_TOKENS`]).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
         let enc = self
@@ -103,6 +110,16 @@ impl MiniLmEmbedder {
     /// Worker threads of the encoder (default: available parallelism).
     pub fn set_threads(&mut self, threads: usize) {
         self.model.set_threads(threads);
+    }
+}
+
+/// The weight format `RAG_EMBED_FORMAT` asks for: `f32` (default) or `q8_0`. The format is
+/// part of [`Embedder::model_id`], so switching it re-embeds an index's chunks.
+pub fn configured_format() -> Result<WeightFormat> {
+    match std::env::var("RAG_EMBED_FORMAT").ok().as_deref() {
+        None | Some("") | Some("f32") => Ok(WeightFormat::F32),
+        Some("q8_0") => Ok(WeightFormat::Q8_0),
+        Some(other) => bail!("RAG_EMBED_FORMAT={other}: expected f32 or q8_0"),
     }
 }
 
