@@ -376,10 +376,8 @@ impl Backend for QnnBackend {
             }
         }
         {
-            let ins: Vec<&[u8]> = l.in_bufs.iter().map(|b| b.as_slice()).collect();
-            let mut outs: Vec<&mut [u8]> =
-                l.out_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-            l.graph.execute(&ins, &mut outs)?;
+            // No per-call allocation: the staging buffers are passed as they are.
+            l.graph.execute(&l.in_bufs, &mut l.out_bufs)?;
         }
         // New K/V rows into the host cache.
         let row = &mut l.row;

@@ -569,7 +569,11 @@ impl Graph {
 
     /// Runs the graph: `inputs[i]` / `outputs[i]` hold the raw little-endian bytes of the
     /// i-th input / output in creation order, each exactly [`IoTensor::bytes`] long.
-    pub fn execute(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> QnnResult<()> {
+    pub fn execute<I: AsRef<[u8]>, O: AsMut<[u8]>>(
+        &mut self,
+        inputs: &[I],
+        outputs: &mut [O],
+    ) -> QnnResult<()> {
         if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
             return Err(QnnError::Invalid(format!(
                 "graph {} takes {} inputs and {} outputs, got {} and {}",
@@ -581,6 +585,7 @@ impl Graph {
             )));
         }
         for (i, (d, b)) in self.inputs.iter().zip(inputs).enumerate() {
+            let b = b.as_ref();
             if b.len() != d.bytes() {
                 return Err(QnnError::Invalid(format!(
                     "input {i}: {} bytes, need {}",
@@ -594,6 +599,7 @@ impl Graph {
             };
         }
         for (i, (d, b)) in self.outputs.iter().zip(outputs.iter_mut()).enumerate() {
+            let b = b.as_mut();
             if b.len() != d.bytes() {
                 return Err(QnnError::Invalid(format!(
                     "output {i}: {} bytes, need {}",
