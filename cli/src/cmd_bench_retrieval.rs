@@ -301,12 +301,12 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         let (key, title) = if crate::cmd_index::embed_format()? == WeightFormat::Q8_0 {
             (
                 "retrieval-quality-q8_0",
-                "Retrieval quality, Q8_0 embedder (RAG_EMBED_FORMAT=q8_0 rag bench retrieval)",
+                "Retrieval quality, Q8_0 embedder (the default)",
             )
         } else {
             (
                 "retrieval-quality",
-                "Retrieval quality (rag bench retrieval)",
+                "Retrieval quality, f32 embedder (RAG_EMBED_FORMAT=f32)",
             )
         };
         bench_report::write_section(key, title, &body)?;
