@@ -136,9 +136,7 @@ fn parse_action(s: &str, screen: &str) -> Option<Action> {
             }
         }
     };
-    if element_id.is_none() {
-        return None;
-    }
+    element_id?;
     Some(Action {
         verb: verb.to_owned(),
         element_id,
