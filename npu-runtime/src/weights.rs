@@ -4,7 +4,7 @@
 //! feature, which is exactly the `QMatrix` layout. Norm weights and biases become f32.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernels::{GgmlType as KType, QMatrix};
+use crate::kernels::{kernel_supported, QMatrix};
 use graphs::config::{layer_tensor_name, ModelConfig};
 use graphs::gguf::{GgufFile, TensorInfo};
 use graphs::quant::GgmlType;
@@ -133,21 +133,6 @@ impl ModelWeights {
     }
 }
 
-fn kernel_type(t: GgmlType) -> Option<KType> {
-    Some(match t {
-        GgmlType::F32 => KType::F32,
-        GgmlType::F16 => KType::F16,
-        GgmlType::Q4_0 => KType::Q4_0,
-        GgmlType::Q4_1 => KType::Q4_1,
-        GgmlType::Q5_0 => KType::Q5_0,
-        GgmlType::Q5_1 => KType::Q5_1,
-        GgmlType::Q8_0 => KType::Q8_0,
-        GgmlType::Q4K => KType::Q4K,
-        GgmlType::Q6K => KType::Q6K,
-        _ => return None,
-    })
-}
-
 fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo> {
     f.tensor(name)
         .ok_or_else(|| RuntimeError::Model(format!("missing tensor '{name}'")))
@@ -161,12 +146,12 @@ fn matrix(f: &GgufFile, name: &str) -> Result<QMatrix> {
             t.dims
         )));
     }
-    let ty = kernel_type(t.ggml_type).ok_or_else(|| {
-        RuntimeError::Model(format!(
-            "{name}: tensor type {:?} is not supported by the CPU kernels",
-            t.ggml_type
-        ))
-    })?;
+    let ty = t.ggml_type;
+    if !kernel_supported(ty) {
+        return Err(RuntimeError::Model(format!(
+            "{name}: tensor type {ty:?} is not supported by the CPU kernels"
+        )));
+    }
     let data = f.tensor_data(t);
     let m = QMatrix::from_ggml(ty, t.n_rows(), t.row_len(), data)
         .map_err(|e| RuntimeError::Model(format!("{name}: {e}")))?;
@@ -206,14 +191,12 @@ pub(crate) fn release_pages(data: &[u8]) {
 fn vector(f: &GgufFile, name: &str) -> Result<Vec<f32>> {
     let t = info(f, name)?;
     let n = t.n_elements() as usize;
-    let ty = kernel_type(t.ggml_type)
-        .filter(|k| matches!(k, KType::F32 | KType::F16))
-        .ok_or_else(|| {
-            RuntimeError::Model(format!(
-                "{name}: expected an f32/f16 vector, got {:?}",
-                t.ggml_type
-            ))
-        })?;
+    let ty = t.ggml_type;
+    if !matches!(ty, GgmlType::F32 | GgmlType::F16) {
+        return Err(RuntimeError::Model(format!(
+            "{name}: expected an f32/f16 vector, got {ty:?}"
+        )));
+    }
     let m = QMatrix::from_ggml(ty, 1, n, f.tensor_data(t))
         .map_err(|e| RuntimeError::Model(format!("{name}: {e}")))?;
     let mut out = vec![0.0; n];

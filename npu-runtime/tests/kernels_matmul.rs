@@ -254,21 +254,6 @@ fn bad_shapes_are_errors_not_panics() {
     assert!(QMatrix::from_ggml(GgmlType::Q8_0, 1, 32, &[0; 34]).is_ok());
 }
 
-fn graphs_type(ty: GgmlType) -> graphs::quant::GgmlType {
-    use graphs::quant::GgmlType as G;
-    match ty {
-        GgmlType::F32 => G::F32,
-        GgmlType::F16 => G::F16,
-        GgmlType::Q4_0 => G::Q4_0,
-        GgmlType::Q4_1 => G::Q4_1,
-        GgmlType::Q5_0 => G::Q5_0,
-        GgmlType::Q5_1 => G::Q5_1,
-        GgmlType::Q8_0 => G::Q8_0,
-        GgmlType::Q4K => G::Q4K,
-        GgmlType::Q6K => G::Q6K,
-    }
-}
-
 /// The repacked layout loses nothing: every row dequantizes bit-identically to
 /// `graphs::quant::dequantize_row` (the independent scalar oracle) on the
 /// original bytes, for random-bit blocks and for blocks made by the reference
@@ -282,7 +267,7 @@ fn dequantize_row_is_bit_identical_to_graphs_oracle() {
         } else {
             (21, 96)
         };
-        let gt = graphs_type(ty);
+        let gt = ty;
         let rb = gt.row_bytes(cols).unwrap();
         let mut quantized = vec![0u8; rows * rb];
         for r in 0..rows {

@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use graphs::gguf::GgufFile;
-use graphs::quant::GgmlType as G;
 use npu_runtime::kernels::{
-    matmul_reference, matmul_with_isa, GgmlType, Isa, MatmulScratch, QMatrix, ThreadPool,
+    kernel_supported, matmul_reference, matmul_with_isa, GgmlType, Isa, MatmulScratch, QMatrix,
+    ThreadPool,
 };
 
 fn model(file: &str, fetch_name: &str) -> Option<PathBuf> {
@@ -34,29 +34,15 @@ fn model(file: &str, fetch_name: &str) -> Option<PathBuf> {
     );
 }
 
-fn kernel_type(t: G) -> Option<GgmlType> {
-    Some(match t {
-        G::F32 => GgmlType::F32,
-        G::F16 => GgmlType::F16,
-        G::Q4_0 => GgmlType::Q4_0,
-        G::Q4_1 => GgmlType::Q4_1,
-        G::Q5_0 => GgmlType::Q5_0,
-        G::Q5_1 => GgmlType::Q5_1,
-        G::Q8_0 => GgmlType::Q8_0,
-        G::Q4K => GgmlType::Q4K,
-        G::Q6K => GgmlType::Q6K,
-        _ => return None,
-    })
-}
-
 fn check_model(path: &Path, expect: &[GgmlType]) {
     let f = GgufFile::open(path).expect("open gguf");
     let pool = ThreadPool::new(2);
     let mut seen = Vec::new();
     for t in f.tensors() {
-        let Some(ty) = kernel_type(t.ggml_type) else {
+        let ty = t.ggml_type;
+        if !kernel_supported(ty) {
             continue;
-        };
+        }
         if t.dims.len() != 2 || seen.contains(&ty) {
             continue;
         }

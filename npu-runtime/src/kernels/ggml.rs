@@ -1,57 +1,31 @@
-//! Raw ggml block layouts as stored in GGUF, decoded one block at a time into
-//! integer codes plus scales. This is the only place that knows the on-disk bit
-//! layouts; the repacker and the scalar reference both build on it.
+//! Raw ggml blocks as stored in GGUF, decoded one block at a time into integer
+//! codes plus scales. The type enum, block structs and sizes are the canonical
+//! ones of `graphs::quant`; this module adds which types the repacked layouts
+//! support and the decode the repacker and the scalar reference build on.
 
-/// ggml tensor element types the kernels accept (variant names follow
-/// `graphs::quant::GgmlType`).
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GgmlType {
-    F32,
-    F16,
-    Q4_0,
-    Q4_1,
-    Q5_0,
-    Q5_1,
-    Q8_0,
-    Q4K,
-    Q6K,
-}
+pub use graphs::quant::GgmlType;
+use graphs::quant::{
+    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, K_SCALE_SIZE, QK,
+    QK_K,
+};
+use std::mem::offset_of;
 
-impl GgmlType {
-    /// Elements per storage block.
-    pub fn block_size(self) -> usize {
-        match self {
-            GgmlType::F32 | GgmlType::F16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                32
-            }
-            GgmlType::Q4K | GgmlType::Q6K => 256,
-        }
-    }
+/// The quantized types the repacked layouts support, in the order of the ISA
+/// kernels' format index (`x86_*::fmt_type`).
+pub(crate) const QUANT_TYPES: [GgmlType; 7] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q6K,
+];
 
-    /// Bytes per storage block.
-    pub fn type_size(self) -> usize {
-        match self {
-            GgmlType::F32 => 4,
-            GgmlType::F16 => 2,
-            GgmlType::Q4_0 => 18,
-            GgmlType::Q4_1 => 20,
-            GgmlType::Q5_0 => 22,
-            GgmlType::Q5_1 => 24,
-            GgmlType::Q8_0 => 34,
-            GgmlType::Q4K => 144,
-            GgmlType::Q6K => 210,
-        }
-    }
-
-    /// Bytes of one row of `n` elements, `None` if `n` is not a block multiple.
-    pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if !n.is_multiple_of(self.block_size()) {
-            return None;
-        }
-        (n / self.block_size()).checked_mul(self.type_size())
-    }
+/// Whether `QMatrix` can repack and multiply tensors of type `ty`: the float
+/// types and `QUANT_TYPES`.
+pub fn kernel_supported(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16) || QUANT_TYPES.contains(&ty)
 }
 
 pub(crate) fn f16_bits_at(b: &[u8], i: usize) -> u16 {
@@ -79,53 +53,62 @@ pub(crate) struct Block32 {
 }
 
 /// Decode storage block `blk` (a `ty.type_size()` slice) into 32-element blocks.
-/// Q4_K/Q6_K fill 8 entries, legacy formats 1. F32/F16 are not handled here.
+/// Q4_K/Q6_K fill 8 entries, legacy formats 1. Byte offsets come from the
+/// canonical `graphs::quant` block structs. Only `QUANT_TYPES` are handled here.
 pub(crate) fn decode_block(ty: GgmlType, b: &[u8], out: &mut [Block32]) {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
-            let off = if ty == GgmlType::Q4_0 { 2 } else { 4 };
+            let (off, m) = if ty == GgmlType::Q4_0 {
+                (offset_of!(BlockQ4_0, qs), 0)
+            } else {
+                (
+                    offset_of!(BlockQ4_1, qs),
+                    f16_bits_at(b, offset_of!(BlockQ4_1, m)),
+                )
+            };
             let o = &mut out[0];
             o.d = f16_bits_at(b, 0);
-            o.m = if ty == GgmlType::Q4_1 {
-                f16_bits_at(b, 2)
-            } else {
-                0
-            };
-            for j in 0..16 {
+            o.m = m;
+            for j in 0..QK / 2 {
                 o.codes[j] = b[off + j] & 0xF;
-                o.codes[j + 16] = b[off + j] >> 4;
+                o.codes[j + QK / 2] = b[off + j] >> 4;
             }
         }
         GgmlType::Q5_0 | GgmlType::Q5_1 => {
-            let (qh_off, qs_off) = if ty == GgmlType::Q5_0 { (2, 6) } else { (4, 8) };
+            let (qh_off, qs_off, m) = if ty == GgmlType::Q5_0 {
+                (offset_of!(BlockQ5_0, qh), offset_of!(BlockQ5_0, qs), 0)
+            } else {
+                (
+                    offset_of!(BlockQ5_1, qh),
+                    offset_of!(BlockQ5_1, qs),
+                    f16_bits_at(b, offset_of!(BlockQ5_1, m)),
+                )
+            };
             let o = &mut out[0];
             o.d = f16_bits_at(b, 0);
-            o.m = if ty == GgmlType::Q5_1 {
-                f16_bits_at(b, 2)
-            } else {
-                0
-            };
+            o.m = m;
             let qh = u32_at(b, qh_off);
-            for j in 0..16 {
+            for j in 0..QK / 2 {
                 let h0 = (((qh >> j) & 1) << 4) as u8;
                 let h1 = (((qh >> (j + 16)) & 1) << 4) as u8;
                 o.codes[j] = (b[qs_off + j] & 0xF) | h0;
-                o.codes[j + 16] = (b[qs_off + j] >> 4) | h1;
+                o.codes[j + QK / 2] = (b[qs_off + j] >> 4) | h1;
             }
         }
         GgmlType::Q8_0 => {
             let o = &mut out[0];
-            o.d = f16_bits_at(b, 0);
-            for j in 0..32 {
+            o.d = f16_bits_at(b, offset_of!(BlockQ8_0, d));
+            let qs = &b[offset_of!(BlockQ8_0, qs)..][..QK];
+            for (c, &q) in o.codes.iter_mut().zip(qs) {
                 // Stored offset by 128 so every format has unsigned codes.
-                o.codes[j] = (b[2 + j] as i8 as i16 + 128) as u8;
+                *c = (q as i8 as i16 + 128) as u8;
             }
         }
         GgmlType::Q4K => {
-            let d = f16_bits_at(b, 0);
-            let dmin = f16_bits_at(b, 2);
-            let scales = &b[4..16];
-            let qs = &b[16..144];
+            let d = f16_bits_at(b, offset_of!(BlockQ4K, d));
+            let dmin = f16_bits_at(b, offset_of!(BlockQ4K, dmin));
+            let scales = &b[offset_of!(BlockQ4K, scales)..][..K_SCALE_SIZE];
+            let qs = &b[offset_of!(BlockQ4K, qs)..][..QK_K / 2];
             for (j, o) in out.iter_mut().enumerate().take(8) {
                 let (sc, mq) = q4k_scale_min(j, scales);
                 o.d = d;
@@ -138,11 +121,11 @@ pub(crate) fn decode_block(ty: GgmlType, b: &[u8], out: &mut [Block32]) {
             }
         }
         GgmlType::Q6K => {
-            let ql = &b[0..128];
-            let qh = &b[128..192];
-            let sc = &b[192..208];
-            let d = f16_bits_at(b, 208);
-            let mut v = [0u8; 256];
+            let ql = &b[offset_of!(BlockQ6K, ql)..][..QK_K / 2];
+            let qh = &b[offset_of!(BlockQ6K, qh)..][..QK_K / 4];
+            let sc = &b[offset_of!(BlockQ6K, scales)..][..QK_K / 16];
+            let d = f16_bits_at(b, offset_of!(BlockQ6K, d));
+            let mut v = [0u8; QK_K];
             for half in 0..2 {
                 let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
                 let y = &mut v[128 * half..];
@@ -159,7 +142,7 @@ pub(crate) fn decode_block(ty: GgmlType, b: &[u8], out: &mut [Block32]) {
                 o.sc = [sc[2 * j] as i8 as i16, sc[2 * j + 1] as i8 as i16];
             }
         }
-        GgmlType::F32 | GgmlType::F16 => unreachable!("float types are not block-coded"),
+        _ => unreachable!("{ty} is not a block-coded kernel type"),
     }
 }
 
@@ -172,5 +155,30 @@ fn q4k_scale_min(j: usize, q: &[u8]) -> (u8, u8) {
             (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
             (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{KernelError, QMatrix};
+    use super::*;
+
+    /// Every type outside the kernels' set is refused with a clear error (not a
+    /// panic in the repacker), and every type inside it is accepted.
+    #[test]
+    fn only_kernel_supported_types_are_repacked() {
+        for ty in GgmlType::ALL {
+            let cols = ty.block_size() * 8;
+            let data = vec![0u8; ty.row_bytes(cols).unwrap()];
+            let r = QMatrix::from_ggml(ty, 1, cols, &data);
+            use GgmlType::*;
+            let want = matches!(ty, F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4K | Q6K);
+            assert_eq!(kernel_supported(ty), want, "{ty}");
+            if want {
+                assert!(r.is_ok(), "{ty}");
+            } else {
+                assert_eq!(r.err(), Some(KernelError::UnsupportedType { ty }), "{ty}");
+            }
+        }
     }
 }

@@ -52,6 +52,7 @@ impl Planes {
             GgmlType::Q8_0 => (nb * 512, 0, nb * 32),
             GgmlType::Q4K => (nb * 256, 0, nsb * 320),
             GgmlType::Q6K => (nb * 256, nb * 128, nsb * 320),
+            _ => unreachable!("{ty} is not a kernel type (QMatrix::from_ggml checks)"),
         };
         Planes {
             codes,
@@ -128,7 +129,7 @@ pub(crate) fn pack_group(
                         s[64 + j * 32 + i] = blk.sc[0] as u8;
                         s[64 + j * 32 + 16 + i] = blk.sc[1] as u8;
                     }
-                    GgmlType::F32 | GgmlType::F16 => unreachable!(),
+                    _ => unreachable!(),
                 }
             }
         }
@@ -249,7 +250,7 @@ pub(crate) fn decode_tile(ty: GgmlType, p: &Planes, group: &[u8], b: usize, t: &
                     s[64 + j * 32 + 16 + i] as i8 as i32,
                 ];
             }
-            GgmlType::F32 | GgmlType::F16 => unreachable!(),
+            _ => unreachable!(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Quantized weight matrices and `out = x · Wᵀ` with run-time ISA dispatch.
 
 use super::act::{quantize_parallel, ActFormat, QuantActs};
-use super::ggml::GgmlType;
+use super::ggml::{kernel_supported, GgmlType};
 use super::layout::{decode_tile, dequantize_tile_row, pack_group, Planes, Tile, GROUP};
 use super::pool::ThreadPool;
 use super::simd::{detected, Isa};
@@ -33,6 +33,9 @@ impl QMatrix {
         cols: usize,
         data: &[u8],
     ) -> Result<QMatrix, KernelError> {
+        if !kernel_supported(ty) {
+            return Err(KernelError::UnsupportedType { ty });
+        }
         if rows == 0 || cols == 0 || rows > 1 << 31 || cols > 1 << 31 {
             return Err(KernelError::BadShape { rows, cols });
         }

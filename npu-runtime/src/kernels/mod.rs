@@ -20,7 +20,7 @@ mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
-pub use ggml::GgmlType;
+pub use ggml::{kernel_supported, GgmlType};
 pub use matmul::{matmul, matmul_reference, matmul_with_isa, MatmulScratch, QMatrix};
 pub use pool::ThreadPool;
 pub use simd::{detected, Isa};
@@ -42,6 +42,8 @@ pub enum KernelError {
         got: usize,
         expected: usize,
     },
+    #[error("{ty:?} is not supported by the CPU kernels")]
+    UnsupportedType { ty: GgmlType },
     #[error("matrix shape {rows}x{cols} is empty or too large")]
     BadShape { rows: usize, cols: usize },
 }

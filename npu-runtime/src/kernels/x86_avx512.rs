@@ -7,6 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::act::QuantActs;
+use super::ggml::QUANT_TYPES;
 use super::layout::{zero_point, GROUP};
 use super::matmul::Kernel;
 use super::portable::TCHUNK;
@@ -51,20 +52,13 @@ pub(crate) unsafe fn run(
             GgmlType::Q4K => quant::<Q4K>(k, acts, g0, g1, write),
             GgmlType::Q6K => quant::<Q6K>(k, acts, g0, g1, write),
             GgmlType::F32 | GgmlType::F16 => float(k, x, g0, g1, write),
+            _ => unreachable!("{} is not a kernel type", k.ty),
         }
     }
 }
 
 fn fmt_type(f: u8) -> GgmlType {
-    [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q4K,
-        GgmlType::Q6K,
-    ][f as usize]
+    QUANT_TYPES[f as usize]
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
