@@ -10,23 +10,14 @@
 //! magnitude (plus 2e-3 absolute), and identical argmax when the CPU top-2 margin exceeds
 //! that tolerance.
 
+mod common;
+use common::qnn_available;
 use graphs::gguf::{GgufWriter, MetaValue};
 use graphs::quant::GgmlType;
 use npu_runtime::backend::CpuBackend;
-use npu_runtime::qnn::{self, BinaryCache, BlockRunner, QnnBackend};
+use npu_runtime::qnn::{BinaryCache, BlockRunner, QnnBackend};
 use npu_runtime::session::{argmax, LoadOptions, Model};
 use std::path::Path;
-
-fn qnn_available() -> bool {
-    match qnn::runtime() {
-        Ok(_) => true,
-        Err(e) if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping QNN test: {e}");
-            false
-        }
-        Err(e) => panic!("{e} (set RAG_SKIP_QNN_TESTS=1 to skip QNN tests)"),
-    }
-}
 
 struct Rng(u64);
 impl Rng {

@@ -1,22 +1,11 @@
 //! Tiny QNN graphs on the HTP emulator versus plain Rust references: the bindings, the
 //! op parameter encodings and context-binary round trips.
 
+mod common;
+use common::qnn_available;
 use half::f16;
 use npu_runtime::qnn::ffi::Scalar;
 use npu_runtime::qnn::{self, Context, DType, Param};
-
-/// None when the libraries are absent and RAG_SKIP_QNN_TESTS=1; panics with the fetch
-/// command otherwise.
-fn qnn_available() -> bool {
-    match qnn::runtime() {
-        Ok(_) => true,
-        Err(e) if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping QNN test: {e}");
-            false
-        }
-        Err(e) => panic!("{e} (set RAG_SKIP_QNN_TESTS=1 to skip QNN tests)"),
-    }
-}
 
 fn h(v: &[f32]) -> Vec<u8> {
     v.iter()

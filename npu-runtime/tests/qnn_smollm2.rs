@@ -3,21 +3,12 @@
 //! minute with a cold context cache on 2 cores), so shapes are small: prefill chunks of 8
 //! tokens, single-token decode, 64 KV slots.
 
+mod common;
+use common::qnn_available;
 use npu_runtime::backend::CpuBackend;
-use npu_runtime::qnn::{self, BinaryCache, BlockRunner, QnnBackend};
+use npu_runtime::qnn::{BinaryCache, BlockRunner, QnnBackend};
 use npu_runtime::session::{argmax, LoadOptions, Model};
 use std::time::Instant;
-
-fn qnn_available() -> bool {
-    match qnn::runtime() {
-        Ok(_) => true,
-        Err(e) if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping QNN test: {e}");
-            false
-        }
-        Err(e) => panic!("{e} (set RAG_SKIP_QNN_TESTS=1 to skip QNN tests)"),
-    }
-}
 
 fn smollm2() -> Option<std::sync::Arc<Model>> {
     match npu_runtime::model_path::resolve("smollm2-135m") {
