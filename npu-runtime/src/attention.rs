@@ -254,16 +254,7 @@ mod tests {
         (0..n).for_each(f)
     }
 
-    fn rnd(seed: &mut u64, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                *seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::test_rng::uniform as rnd;
 
     /// Plain two-pass f64 softmax attention for one query head over explicit key slots.
     fn reference(

@@ -10,4 +10,6 @@ pub mod ops;
 pub mod qnn;
 pub mod schedule;
 pub mod session;
+#[cfg(test)]
+mod test_rng;
 pub mod weights;

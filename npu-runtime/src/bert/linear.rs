@@ -190,19 +190,12 @@ impl Linear {
 mod tests {
     use super::*;
 
-    /// Small deterministic generator so the tests need no extra dependency.
     fn values(seed: u64, len: usize) -> Vec<f32> {
+        // The state starts one step past `seed` (kept so the inputs stay as they were).
         let mut s = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        (0..len)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        crate::test_rng::uniform(&mut s, len)
     }
 
     /// Scalar reference with the same summation order (k ascending, bias last).

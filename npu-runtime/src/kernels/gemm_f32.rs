@@ -642,15 +642,7 @@ mod tests {
     use super::*;
 
     fn values(seed: u64, len: usize) -> Vec<f32> {
-        let mut s = seed ^ 0x9e37_79b9_7f4a_7c15;
-        (0..len)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        crate::test_rng::uniform(&mut (seed ^ 0x9e37_79b9_7f4a_7c15), len)
     }
 
     fn run(isa: GemmIsa, threads: usize, m: usize, n: usize, k: usize, seed: u64, bias: bool) {

@@ -755,16 +755,7 @@ mod tests {
         assert_eq!(z, vec![3.0, 4.0]);
     }
 
-    fn rnd(seed: &mut u64, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                *seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::test_rng::uniform as rnd;
 
     #[test]
     fn dot_rows_equals_per_row_dot_on_every_isa() {
