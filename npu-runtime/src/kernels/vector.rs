@@ -208,6 +208,41 @@ fn axpy_rows_block<const B: usize>(
     acc[c..c + B].copy_from_slice(&a);
 }
 
+/// The shared shape of the multi-query row kernels: `n_q` query vectors of `len`, `n_rows`
+/// rows of `len` at `stride`, and per query one run of `n_rows` scalars (scores out, or
+/// weights in) at `per_query_stride`.
+struct MultiShape {
+    len: usize,
+    stride: usize,
+    n_rows: usize,
+    per_query_stride: usize,
+}
+
+impl MultiShape {
+    /// `n_q`, or `None` when there is nothing to do; panics when a slice is too short (the
+    /// SIMD paths rely on these bounds).
+    fn check(&self, kernel: &str, vecs: usize, rows: usize, per_query: usize) -> Option<usize> {
+        let n_q = vecs.checked_div(self.len).unwrap_or(0);
+        assert_eq!(
+            n_q * self.len,
+            vecs,
+            "{kernel}: vectors are not n_q rows of len"
+        );
+        if self.n_rows == 0 || n_q == 0 {
+            return None;
+        }
+        assert!(
+            (self.n_rows - 1) * self.stride + self.len <= rows,
+            "{kernel}: rows too short"
+        );
+        assert!(
+            (n_q - 1) * self.per_query_stride + self.n_rows <= per_query,
+            "{kernel}: per-query scores/weights too short"
+        );
+        Some(n_q)
+    }
+}
+
 /// Multi-query form of [`dot_rows_f32`]: `out[a * out_stride + j] = dot_f32(q_a, row_j)`
 /// for the `n_q` queries `q_a = q[a * len..][..len]` and the rows
 /// `row_j = rows[j * stride..][..len]`, `j < n_rows`. Each row is loaded once for all
@@ -223,23 +258,15 @@ pub fn dot_rows_multi_with_isa(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let n_q = q.len().checked_div(len).unwrap_or(0);
-    assert_eq!(
-        n_q * len,
-        q.len(),
-        "dot_rows_multi: q is not n_q rows of len"
-    );
-    if n_rows == 0 || n_q == 0 {
+    let shape = MultiShape {
+        len,
+        stride,
+        n_rows,
+        per_query_stride: out_stride,
+    };
+    let Some(n_q) = shape.check("dot_rows_multi", q.len(), rows.len(), out.len()) else {
         return;
-    }
-    assert!(
-        (n_rows - 1) * stride + len <= rows.len(),
-        "dot_rows_multi: rows too short"
-    );
-    assert!(
-        (n_q - 1) * out_stride + n_rows <= out.len(),
-        "dot_rows_multi: out too short"
-    );
+    };
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && isa.is_supported() {
         // SAFETY: the CPU supports AVX-512F, AVX2 and FMA; bounds were checked above.
@@ -374,23 +401,15 @@ pub fn axpy_rows_multi_with_isa(
     acc: &mut [f32],
     len: usize,
 ) {
-    let n_q = acc.len().checked_div(len).unwrap_or(0);
-    assert_eq!(
-        n_q * len,
-        acc.len(),
-        "axpy_rows_multi: acc is not n_q rows of len"
-    );
-    if n_rows == 0 || n_q == 0 {
+    let shape = MultiShape {
+        len,
+        stride,
+        n_rows,
+        per_query_stride: w_stride,
+    };
+    let Some(n_q) = shape.check("axpy_rows_multi", acc.len(), rows.len(), w.len()) else {
         return;
-    }
-    assert!(
-        (n_rows - 1) * stride + len <= rows.len(),
-        "axpy_rows_multi: rows too short"
-    );
-    assert!(
-        (n_q - 1) * w_stride + n_rows <= w.len(),
-        "axpy_rows_multi: weights too short"
-    );
+    };
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && isa.is_supported() {
         let mut a0 = 0;
