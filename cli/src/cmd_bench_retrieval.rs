@@ -126,8 +126,21 @@ fn timed_index(index: &Index, roots: &[PathBuf]) -> Result<(rag::IndexSummary, f
     let t0 = Instant::now();
     let embed_start: Cell<Option<Instant>> = Cell::new(None);
     let embed_end: Cell<Option<Instant>> = Cell::new(None);
+    // Long runs log embedding progress (every 1000 chunks) so a run stopped early still
+    // tells how far it got and at what rate.
+    let logged: Cell<u64> = Cell::new(0);
     let progress = |p: IndexProgress| match p.phase {
         Phase::Embed if embed_start.get().is_none() => embed_start.set(Some(Instant::now())),
+        Phase::Embed if p.done >= logged.get() + 1000 => {
+            logged.set(p.done);
+            let s = embed_start.get().map_or(0.0, |t| t.elapsed().as_secs_f64());
+            eprintln!(
+                "embed {}/{} chunks in {s:.0} s ({:.1} chunks/s)",
+                p.done,
+                p.total,
+                p.done as f64 / s.max(1e-9)
+            );
+        }
         Phase::Finish if embed_end.get().is_none() => embed_end.set(Some(Instant::now())),
         _ => {}
     };
