@@ -10,7 +10,7 @@ mod dequant;
 mod quantize;
 
 pub use blocks::*;
-pub use dequant::dequantize_row;
+pub use dequant::{dequantize_row, q5_values, scale_min_k4};
 pub use quantize::quantize_row_ref;
 
 /// Elements per super-block of the k-quants.

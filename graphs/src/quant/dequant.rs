@@ -59,8 +59,9 @@ fn q4_1(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// The 5-bit values of a Q5_0/Q5_1 block (0..32).
-fn q5_values(qh: u32, qs: &[u8]) -> [i32; QK] {
+/// The 5-bit values of a Q5_0/Q5_1 block (0..32) from its high-bit word `qh`
+/// and its 16 packed low-nibble bytes `qs`.
+pub fn q5_values(qh: u32, qs: &[u8]) -> [i32; QK] {
     let mut v = [0i32; QK];
     for j in 0..QK / 2 {
         let h0 = ((qh >> j) & 1) << 4;
@@ -170,7 +171,7 @@ fn q3_k(b: &[u8], y: &mut [f32]) {
 }
 
 /// Scale and min of sub-block `j` (0..8) from the 12 packed bytes of Q4_K/Q5_K.
-pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

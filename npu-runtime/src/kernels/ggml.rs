@@ -5,8 +5,8 @@
 
 pub use graphs::quant::GgmlType;
 use graphs::quant::{
-    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, K_SCALE_SIZE, QK,
-    QK_K,
+    q5_values, scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    BlockQ8_0, K_SCALE_SIZE, QK, QK_K,
 };
 use std::mem::offset_of;
 
@@ -87,12 +87,9 @@ pub(crate) fn decode_block(ty: GgmlType, b: &[u8], out: &mut [Block32]) {
             let o = &mut out[0];
             o.d = f16_bits_at(b, 0);
             o.m = m;
-            let qh = u32_at(b, qh_off);
-            for j in 0..QK / 2 {
-                let h0 = (((qh >> j) & 1) << 4) as u8;
-                let h1 = (((qh >> (j + 16)) & 1) << 4) as u8;
-                o.codes[j] = (b[qs_off + j] & 0xF) | h0;
-                o.codes[j + QK / 2] = (b[qs_off + j] >> 4) | h1;
+            let v = q5_values(u32_at(b, qh_off), &b[qs_off..qs_off + QK / 2]);
+            for (c, v) in o.codes.iter_mut().zip(v) {
+                *c = v as u8;
             }
         }
         GgmlType::Q8_0 => {
@@ -110,7 +107,7 @@ pub(crate) fn decode_block(ty: GgmlType, b: &[u8], out: &mut [Block32]) {
             let scales = &b[offset_of!(BlockQ4K, scales)..][..K_SCALE_SIZE];
             let qs = &b[offset_of!(BlockQ4K, qs)..][..QK_K / 2];
             for (j, o) in out.iter_mut().enumerate().take(8) {
-                let (sc, mq) = q4k_scale_min(j, scales);
+                let (sc, mq) = scale_min_k4(j, scales);
                 o.d = d;
                 o.m = dmin;
                 o.sc = [sc as i16, mq as i16];
@@ -143,18 +140,6 @@ pub(crate) fn decode_block(ty: GgmlType, b: &[u8], out: &mut [Block32]) {
             }
         }
         _ => unreachable!("{ty} is not a block-coded kernel type"),
-    }
-}
-
-/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j`.
-fn q4k_scale_min(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
     }
 }
 
