@@ -172,6 +172,13 @@ fn main() -> Result<()> {
     opts.model = model.clone();
     opts.dense = false; // the agent brings its own context; no retrieval needed
     let assistant = Assistant::open(opts)?;
+    // Load the model before the first step so per-step latency excludes the one-time load.
+    let t = Instant::now();
+    assistant.load_model()?;
+    eprintln!(
+        "model {model} loaded in {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let ask = AskOptions {
         max_tokens: if raw { 48 } else { 40 },
         ..AskOptions::default()
@@ -256,11 +263,12 @@ fn main() -> Result<()> {
         .map(|(a, (n, c))| format!("{a} {c}/{n}"))
         .collect();
     println!(
-        "model {model}, prompt {}, steps {steps} (every {every} from {skip}), action accuracy {:.1}% ({correct}/{steps}), latency p50 {:.0} ms, p90 {:.0} ms, mean {:.0} ms\nper app: {}",
+        "model {model}, prompt {}, steps {steps} (every {every} from {skip}), action accuracy {:.1}% ({correct}/{steps}), latency p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, mean {:.0} ms\nper app: {}",
         if raw { "raw" } else { "one-shot" },
         100.0 * correct as f64 / steps.max(1) as f64,
         pct(0.5),
         pct(0.9),
+        pct(0.99),
         latencies.iter().sum::<f64>() / latencies.len().max(1) as f64,
         apps.join(", ")
     );

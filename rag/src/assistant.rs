@@ -337,6 +337,12 @@ impl Assistant {
             .encode_chat(llm.model.tokenizer(), messages, true)?)
     }
 
+    /// Load the generation model now instead of on the first question (callers that time
+    /// questions, or want the load to overlap other work).
+    pub fn load_model(&self) -> Result<()> {
+        self.llm().map(|_| ())
+    }
+
     /// Name or path of the generation model.
     pub fn model_name(&self) -> &str {
         &self.opts.model
