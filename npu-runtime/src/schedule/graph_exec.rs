@@ -1,13 +1,13 @@
-//! [`ScheduleExecutor`] for the CPU backend: each block has a G1 graph (prefill chunk
-//! shape) and a G2 graph (verify shape); "loading" a form allocates its buffers, "unloading"
-//! frees them. On this backend both forms share the model's weights, so a switch moves no
-//! weights; warm-up measures what it does cost.
+//! [`ScheduleExecutor`] over any runtime [`Backend`]: each block has a G1 graph (prefill
+//! chunk shape) and a G2 graph (verify shape), compiled up front; loading and unloading a
+//! form is the backend's own `load`/`unload` (CPU: buffers; QNN: a context binary loaded
+//! into and freed from the HTP). Warm-up measures what a switch costs on each.
 
 use super::exec::ScheduleExecutor;
 use super::plan::Form;
 use super::{Result, ScheduleError};
 use crate::attention::BatchMask;
-use crate::backend::{Backend, BlockIo, CpuBackend, CpuGraph, LogitsRows, PAD_TOKEN};
+use crate::backend::{Backend, BlockIo, LogitsRows, PAD_TOKEN};
 use crate::kv_cache::KvCache;
 use crate::session::{argmax, Model};
 use graphs::ir::{BlockSpec, GraphShape};
@@ -34,19 +34,36 @@ struct ComputeState {
     decode_logits: Vec<f32>,
 }
 
-pub struct CpuExecutor {
+/// What the executor needs beyond [`Backend`]: the resident memory of a compiled form.
+pub trait FormBackend: Backend + Sync
+where
+    Self::Graph: Send,
+{
+    /// Bytes a loaded `graph` keeps resident.
+    fn form_bytes(&self, graph: &Self::Graph) -> u64;
+}
+
+pub struct GraphExecutor<B: FormBackend>
+where
+    B::Graph: Send,
+{
     model: Arc<Model>,
-    backend: CpuBackend,
+    backend: B,
     chunk: usize,
     g2: usize,
     /// `[G1, G2]` graphs of each block.
-    graphs: Vec<Mutex<[CpuGraph; 2]>>,
+    graphs: Vec<Mutex<[B::Graph; 2]>>,
     state: Mutex<ComputeState>,
 }
 
-impl CpuExecutor {
-    /// Compiles both forms of `n_blocks` blocks; G1 forms start resident, G2 not.
-    pub fn new(
+impl<B: FormBackend> GraphExecutor<B>
+where
+    B::Graph: Send,
+{
+    /// Compiles both forms of `n_blocks` blocks on `backend` (whose KV capacity must be at
+    /// least `kv_capacity`); G1 forms start resident, G2 not.
+    pub fn with_backend(
+        backend: B,
         model: Arc<Model>,
         n_blocks: usize,
         chunk: usize,
@@ -59,7 +76,6 @@ impl CpuExecutor {
             )));
         }
         let c = model.config().clone();
-        let backend = CpuBackend::new(model.clone(), kv_capacity);
         let mut graphs = Vec::with_capacity(n_blocks);
         for spec in BlockSpec::split(c.n_layer, n_blocks) {
             let mut g1 = backend
@@ -81,7 +97,7 @@ impl CpuExecutor {
             logits: vec![0.0; c.vocab_size],
             decode_logits: vec![0.0; c.vocab_size],
         };
-        Ok(CpuExecutor {
+        Ok(GraphExecutor {
             model,
             backend,
             chunk,
@@ -89,6 +105,10 @@ impl CpuExecutor {
             graphs,
             state: Mutex::new(state),
         })
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 
     pub fn n_blocks(&self) -> usize {
@@ -177,7 +197,10 @@ impl CpuExecutor {
     }
 }
 
-impl ScheduleExecutor for CpuExecutor {
+impl<B: FormBackend> ScheduleExecutor for GraphExecutor<B>
+where
+    B::Graph: Send,
+{
     fn begin_prefill(&self) -> Result<()> {
         let mut st = lock(&self.state);
         st.kv.truncate(0).map_err(rt)?;
@@ -295,16 +318,8 @@ impl ScheduleExecutor for CpuExecutor {
         Ok(())
     }
 
-    /// Activation buffers of the form (both forms share the weights on this backend).
-    fn form_bytes(&self, _block: usize, form: Form) -> u64 {
-        let c = self.model.config();
-        let t = match form {
-            Form::G1 => self.chunk,
-            Form::G2 => self.g2,
-        } as u64;
-        let q = (c.n_head * c.head_dim) as u64;
-        let kv = (c.n_head_kv * c.head_dim) as u64;
-        let per_token = 2 * c.n_embd as u64 + 3 * q + 2 * kv + 2 * c.n_ff as u64;
-        4 * t * per_token
+    fn form_bytes(&self, block: usize, form: Form) -> u64 {
+        let g = lock(&self.graphs[block]);
+        self.backend.form_bytes(&g[Self::form_index(form)])
     }
 }

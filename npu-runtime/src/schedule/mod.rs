@@ -14,7 +14,9 @@
 //! - [`exact`]: the exact solver for small instances (the problem is NP-hard).
 //! - [`sim`]: the discrete-event simulator that executes a plan against an instance.
 //! - [`exec`]: the same plans driving a real backend through [`exec::ScheduleExecutor`].
-//! - [`cpu`]: the executor for the CPU backend.
+//! - [`graph_exec`]: the executor over any runtime backend (both forms of every block
+//!   compiled up front; a switch is the backend's unload + load).
+//! - [`cpu`], [`qnn`]: that executor on the CPU and on the QNN HTP backend.
 //! - [`warmup`]: backend-agnostic warm-up profiling through the same executor trait.
 //! - [`choose`]: the number of blocks and the chunk size, chosen from a profile by
 //!   predicting every candidate layout with the planner and the simulator.
@@ -23,9 +25,11 @@ pub mod choose;
 pub mod cpu;
 pub mod exact;
 pub mod exec;
+pub mod graph_exec;
 pub mod instance;
 pub mod plan;
 pub mod profile;
+pub mod qnn;
 pub mod sim;
 pub mod warmup;
 
