@@ -15,6 +15,12 @@
 //! the prompt, exactly as for a measured profile. The candidate with the lowest predicted
 //! TTFT whose peak resident memory fits the budget wins (ties: fewer blocks, then larger
 //! chunks, i.e. fewer graphs and calls). Attention's growth with depth is not modelled.
+//!
+//! [`choose_measured`] then measures the layouts the choice hinges on: it warms up the
+//! best predicted layout not yet measured, refits the overheads from every measured
+//! profile ([`fit_overheads`]), predicts again, and repeats until the best prediction is a
+//! measured layout (or the measurement budget is spent). The answer is the measured layout
+//! with the lowest TTFT simulated on its own measured profile.
 
 use super::instance::{Instance, MemoryBudget};
 use super::plan::ScheduleKind;
@@ -95,6 +101,10 @@ pub struct LayoutChoice {
     pub predicted: CandidateResult,
     /// Every candidate evaluated, in evaluation order.
     pub candidates: Vec<CandidateResult>,
+    /// Layouts measured by warm-up, each simulated on its own measured profile (in
+    /// measurement order; empty when the choice is a prediction only).
+    #[serde(default)]
+    pub measured: Vec<CandidateResult>,
 }
 
 /// Layers of a block label: "a-b" (inclusive) or "a".
@@ -274,7 +284,188 @@ pub fn choose(
         overheads: oh,
         predicted: best,
         candidates,
+        measured: Vec::new(),
     })
+}
+
+/// Per-graph-call and per-load overheads fitted by least squares to measured profiles of
+/// different layouts. Per profile (N blocks, chunk C, G2 runs R = C/g2), summed over blocks:
+/// `G1 = N·call + C·a1`, `G2 = N·R·call + C·a2`, `load = N·load + w` with unknowns `call`,
+/// `a1`, `a2` (the model's compute per token on each form) and `load`, `w`. `None` when
+/// the layouts do not determine them (one layout, or only proportional ones); negative
+/// fits are clamped to zero.
+pub fn fit_overheads(profiles: &[Profile]) -> Option<Overheads> {
+    // Rows of [call, a1, a2] = y.
+    let mut rows: Vec<([f64; 3], f64)> = Vec::new();
+    let mut load_rows: Vec<([f64; 2], f64)> = Vec::new();
+    for p in profiles {
+        let (n, c) = (p.n_blocks() as f64, p.chunk_tokens as f64);
+        let r = c / p.g2_tokens.max(1) as f64;
+        let g1: f64 = p.blocks.iter().map(|b| b.g1_chunk_ms).sum();
+        let g2: f64 = p.blocks.iter().map(|b| b.g2_chunk_ms).sum();
+        let ld: f64 = p.blocks.iter().map(|b| b.load_g2_ms).sum();
+        rows.push(([n, c, 0.0], g1));
+        rows.push(([n * r, 0.0, c], g2));
+        load_rows.push(([n, 1.0], ld));
+    }
+    let call = solve_normal::<3>(&rows)?[0].max(0.0);
+    let load = solve_normal::<2>(&load_rows).map_or(0.0, |x| x[0].max(0.0));
+    let round = |v: f64| (v * 1e6).round() / 1e6;
+    Some(Overheads {
+        call_ms: round(call),
+        load_ms: round(load),
+    })
+}
+
+/// Least squares `min |Xβ − y|` through the normal equations (Gaussian elimination with
+/// partial pivoting); `None` if `XᵀX` is (numerically) singular.
+fn solve_normal<const K: usize>(rows: &[([f64; K], f64)]) -> Option<[f64; K]> {
+    let mut a = [[0.0f64; K]; K];
+    let mut b = [0.0f64; K];
+    for (x, y) in rows {
+        for i in 0..K {
+            b[i] += x[i] * y;
+            for j in 0..K {
+                a[i][j] += x[i] * x[j];
+            }
+        }
+    }
+    let scale = (0..K).map(|i| a[i][i]).fold(0.0, f64::max);
+    if scale <= 0.0 {
+        return None;
+    }
+    for col in 0..K {
+        let piv = (col..K).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[piv][col].abs() <= 1e-9 * scale {
+            return None;
+        }
+        a.swap(col, piv);
+        b.swap(col, piv);
+        for r in col + 1..K {
+            let f = a[r][col] / a[col][col];
+            for j in col..K {
+                a[r][j] -= f * a[col][j];
+            }
+            b[r] -= f * b[col];
+        }
+    }
+    let mut x = [0.0f64; K];
+    for i in (0..K).rev() {
+        let s: f64 = (i + 1..K).map(|j| a[i][j] * x[j]).sum();
+        x[i] = (b[i] - s) / a[i][i];
+    }
+    Some(x)
+}
+
+/// A layout simulated on its own (measured) profile; `None` if it cannot run at all.
+pub fn evaluate(
+    p: &Profile,
+    prompt_tokens: usize,
+    budget: MemoryBudget,
+    kind: ScheduleKind,
+) -> Result<Option<CandidateResult>> {
+    let inst = match Instance::from_profile(p, prompt_tokens, budget) {
+        Ok(i) => i,
+        Err(_) if matches!(budget, MemoryBudget::Bytes(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let plan = match kind.plan(&inst) {
+        Ok(plan) => plan,
+        Err(ScheduleError::TooLarge(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let sim = simulate(&inst, &plan)?;
+    let m = sim.metrics;
+    Ok(Some(CandidateResult {
+        n_blocks: p.n_blocks(),
+        chunk_tokens: p.chunk_tokens,
+        prefill_ms: m.prefill_ms,
+        switch_ms: m.switch_ms,
+        ttft_ms: m.ttft_ms,
+        stall_ms: m.stall_ms,
+        peak_mem_bytes: sim.peak_mem,
+        fits: match budget {
+            MemoryBudget::OneFormPerBlock => true,
+            MemoryBudget::Bytes(b) => sim.peak_mem <= b,
+        },
+    }))
+}
+
+/// [`choose`], then measurement of the layouts the answer hinges on (see the module
+/// docs). `base` is a measured profile; `measure(n_blocks, chunk_tokens)` warms up (or
+/// reads from its cache) another layout; at most `max_measure` layouts besides `base` are
+/// measured. Overheads come from [`fit_overheads`] once two layouts are measured, from
+/// [`Overheads::estimate`] before.
+#[allow(clippy::too_many_arguments)]
+pub fn choose_measured(
+    base: &Profile,
+    prompt_tokens: usize,
+    budget: MemoryBudget,
+    kind: ScheduleKind,
+    block_counts: &[usize],
+    chunk_sizes: &[usize],
+    max_measure: usize,
+    mut measure: impl FnMut(usize, usize) -> Result<Profile>,
+) -> Result<LayoutChoice> {
+    let layout = |p: &Profile| (p.n_blocks(), p.chunk_tokens);
+    let in_set = |(n, c): (usize, usize)| block_counts.contains(&n) && chunk_sizes.contains(&c);
+    let better = |a: &&CandidateResult, b: &&CandidateResult| {
+        a.ttft_ms
+            .total_cmp(&b.ttft_ms)
+            .then(a.n_blocks.cmp(&b.n_blocks))
+            .then(b.chunk_tokens.cmp(&a.chunk_tokens))
+    };
+    let mut profiles = vec![base.clone()];
+    let mut measured = Vec::new();
+    if in_set(layout(base)) {
+        measured.extend(evaluate(base, prompt_tokens, budget, kind)?);
+    }
+    loop {
+        let oh = fit_overheads(&profiles).unwrap_or_else(|| Overheads::estimate(base));
+        let mut choice = choose(
+            base,
+            prompt_tokens,
+            budget,
+            kind,
+            block_counts,
+            chunk_sizes,
+            oh,
+        )?;
+        // Measured layouts count with their measured figures, the others as predicted.
+        let best = choice
+            .candidates
+            .iter()
+            .filter(|c| {
+                !measured.iter().any(|m: &CandidateResult| {
+                    m.n_blocks == c.n_blocks && m.chunk_tokens == c.chunk_tokens
+                })
+            })
+            .chain(&measured)
+            .filter(|c| c.fits)
+            .min_by(better)
+            .cloned();
+        let want = best.as_ref().map(|b| (b.n_blocks, b.chunk_tokens));
+        let done = want.is_none_or(|w| profiles.iter().any(|p| layout(p) == w));
+        if done || profiles.len() > max_measure {
+            if let Some(b) = measured.iter().filter(|c| c.fits).min_by(better) {
+                choice.n_blocks = b.n_blocks;
+                choice.chunk_tokens = b.chunk_tokens;
+                choice.predicted = b.clone();
+            }
+            choice.measured = measured;
+            return Ok(choice);
+        }
+        let want = want.expect("not done");
+        let p = measure(want.0, want.1)?;
+        if layout(&p) != want {
+            return Err(ScheduleError::Profile(format!(
+                "asked to measure {want:?}, got a profile of {:?}",
+                layout(&p)
+            )));
+        }
+        measured.extend(evaluate(&p, prompt_tokens, budget, kind)?);
+        profiles.push(p);
+    }
 }
 
 impl LayoutChoice {
@@ -488,6 +679,95 @@ mod tests {
         let mut bad = p.clone();
         bad.blocks[0].layers = "first".into();
         assert!(block_layers(&bad).is_err());
+    }
+
+    /// A "true" machine: per call 2 ms, per load 1 ms, per layer-token 0.01 ms on G1 and
+    /// 0.012 ms on G2, per layer load 0.5 ms. Profiles of any layout follow exactly.
+    fn true_profile(n_blocks: usize, chunk: usize) -> Profile {
+        let per = 4 / n_blocks;
+        let c = chunk as f64;
+        let mut p = profile(0.0, 0.0);
+        p.g2_tokens = 16;
+        p.chunk_tokens = chunk;
+        p.blocks = (0..n_blocks)
+            .map(|i| BlockProfile {
+                layers: format!("{}-{}", i * per, (i + 1) * per - 1),
+                g1_chunk_ms: 2.0 + 0.01 * per as f64 * c,
+                g2_chunk_ms: 2.0 * c / 16.0 + 0.012 * per as f64 * c,
+                load_g2_ms: 1.0 + 0.5 * per as f64,
+                unload_g1_ms: 0.0,
+                mem_g1_bytes: 100,
+                mem_g2_bytes: 100,
+            })
+            .collect();
+        p
+    }
+
+    #[test]
+    fn overheads_are_recovered_from_two_measured_layouts() {
+        assert_eq!(fit_overheads(&[true_profile(4, 32)]), None);
+        let oh = fit_overheads(&[true_profile(4, 32), true_profile(2, 64)]).unwrap();
+        assert!((oh.call_ms - 2.0).abs() < 1e-6, "{oh:?}");
+        assert!((oh.load_ms - 1.0).abs() < 1e-6, "{oh:?}");
+        // Same block count and chunk twice: nothing to separate.
+        assert_eq!(
+            fit_overheads(&[true_profile(2, 32), true_profile(2, 32)]),
+            None
+        );
+    }
+
+    /// The measured choice warms up the layouts the prediction points at, stops when the
+    /// best is measured, and answers with measured figures only.
+    #[test]
+    fn measured_choice_measures_what_it_picks() {
+        let mut asked = Vec::new();
+        let c = choose_measured(
+            &true_profile(4, 32),
+            256,
+            MemoryBudget::OneFormPerBlock,
+            ScheduleKind::ProgressiveWc,
+            &[1, 2, 4],
+            &[32, 64, 128],
+            3,
+            |n, ch| {
+                asked.push((n, ch));
+                Ok(true_profile(n, ch))
+            },
+        )
+        .unwrap();
+        assert!(!asked.is_empty() && asked.len() <= 3, "{asked:?}");
+        assert!(!asked.contains(&(4, 32)), "the base is not measured again");
+        assert_eq!(c.measured.len(), 1 + asked.len());
+        let picked = c
+            .measured
+            .iter()
+            .find(|m| (m.n_blocks, m.chunk_tokens) == (c.n_blocks, c.chunk_tokens))
+            .unwrap();
+        assert_eq!(&c.predicted, picked);
+        assert!(c.measured.iter().all(|m| m.ttft_ms >= picked.ttft_ms));
+        // With the true overheads fitted, every measured layout's prediction equals its
+        // measurement (the model of the module docs is exact for this machine).
+        for m in &c.measured[1..] {
+            let pred = c
+                .candidates
+                .iter()
+                .find(|x| (x.n_blocks, x.chunk_tokens) == (m.n_blocks, m.chunk_tokens))
+                .unwrap();
+            assert!((pred.ttft_ms - m.ttft_ms).abs() < 1e-3, "{pred:?} vs {m:?}");
+        }
+        // A measurement budget of zero only evaluates the base.
+        let c0 = choose_measured(
+            &true_profile(4, 32),
+            256,
+            MemoryBudget::OneFormPerBlock,
+            ScheduleKind::ProgressiveWc,
+            &[1, 2, 4],
+            &[32, 64, 128],
+            0,
+            |_, _| panic!("nothing may be measured"),
+        )
+        .unwrap();
+        assert_eq!((c0.n_blocks, c0.chunk_tokens), (4, 32));
     }
 
     #[test]
