@@ -64,6 +64,10 @@ pub struct Args {
     /// online-learned node acceptance).
     #[arg(long)]
     heuristic_ranking: bool,
+    /// Always verify the tree of every source (ablation of the per-step choice
+    /// between it and the raw-text-only base arm).
+    #[arg(long)]
+    single_arm: bool,
     /// Output of specdec/bench/llamacpp_lookup.py on the same prompts (same
     /// --prompt-tokens), run just before: adds llama.cpp's speeds and the ratio of
     /// every mode to llama.cpp's lookup decoding.
@@ -277,6 +281,7 @@ pub fn run(args: Args) -> Result<()> {
                 max_budget: args.max_verify,
                 fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
                 learned_ranking: !args.heuristic_ranking,
+                arm_choice: !args.single_arm,
                 ..Default::default()
             };
             let sam = db
@@ -312,13 +317,16 @@ pub fn run(args: Args) -> Result<()> {
             }
             if !args.json {
                 eprintln!(
-                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  batch {:.1}  (potential @4 {:.2}, @8 {:.2}, @16 {:.2}, @64 {:.2})",
+                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  batch {:.1}  base arm {:3}/{:3} steps  prefill {:5.0} ms  (potential @4 {:.2}, @8 {:.2}, @16 {:.2}, @64 {:.2})",
                     mode.name(),
                     ids[i],
                     m.tokens,
                     m.ms_per_token(),
                     m.mean_accepted(),
                     m.mean_budget(),
+                    m.base_arm_steps,
+                    m.steps,
+                    m.prefill_ms,
                     m.potential_accepted(4),
                     m.potential_accepted(8),
                     m.potential_accepted(16),
@@ -423,6 +431,7 @@ pub fn run(args: Args) -> Result<()> {
                 "draft_overhead": m.overhead_share(),
                 "prefill_ms": m.prefill_ms / m.runs.max(1) as f64,
                 "steps": m.steps,
+                "base_arm_steps": m.base_arm_steps,
                 "tokens": m.tokens,
                 "budget_by_confidence": r.budgets,
                 "potential_accepted_4": m.potential_accepted(4),

@@ -8,7 +8,7 @@
 //! so in expectation a step is never slower than not speculating (pitfall 4).
 
 use crate::target::Target;
-use crate::tree::{DraftTree, FlatTree};
+use crate::tree::{DraftTree, FlatTree, ARMS};
 use crate::SpecError;
 use std::time::Instant;
 
@@ -142,25 +142,29 @@ impl CostCurve {
 /// Number of confidence buckets (bucket 0: no drafts at all).
 pub const BUCKETS: usize = 8;
 
-/// Confidence bucket of a ranked trie: from its own estimate of the tokens the best
-/// 8 draft rows would accept (the controller learns what each bucket really yields).
-pub fn bucket_of(tree: &DraftTree) -> usize {
-    if tree.len() <= 1 {
+/// Confidence bucket of a ranked trie cut by `arm`: from its own estimate of the
+/// tokens the best 8 draft rows would accept (the controller learns what each bucket
+/// really yields).
+pub fn bucket_of(tree: &DraftTree, arm: usize) -> usize {
+    if tree.arm_len(arm) <= 1 {
         return 0;
     }
     const EDGES: [f32; BUCKETS - 2] = [0.3, 0.6, 1.0, 1.6, 2.5, 4.0];
-    let e = tree.expected_accepted(9);
+    let e = tree.expected_accepted(9, arm);
     1 + EDGES.iter().take_while(|&&x| e >= x).count()
 }
 
-/// Learns accepted-tokens-per-budget per confidence bucket and picks budgets.
+/// Learns accepted-tokens-per-budget per tree arm and confidence bucket and picks
+/// the arm and budget.
 #[derive(Clone, Debug)]
 pub struct BudgetController {
     curve: CostCurve,
     /// Candidate budgets (the curve's sizes up to the cap).
     sizes: Vec<usize>,
-    sum_acc: Vec<Vec<f64>>,
-    count: Vec<f64>,
+    /// `[arm][bucket][budget]`
+    sum_acc: Vec<Vec<Vec<f64>>>,
+    /// `[arm][bucket]`
+    count: Vec<Vec<f64>>,
     /// Pseudo-observations of "nothing accepted": speculation starts off and
     /// turns on once the evidence says it pays.
     prior_weight: f64,
@@ -183,8 +187,8 @@ impl BudgetController {
         BudgetController {
             curve,
             sizes,
-            sum_acc: vec![vec![0.0; n]; BUCKETS],
-            count: vec![0.0; BUCKETS],
+            sum_acc: vec![vec![vec![0.0; n]; BUCKETS]; ARMS],
+            count: vec![vec![0.0; BUCKETS]; ARMS],
             prior_weight: 1.0,
             decay: 0.98,
         }
@@ -198,41 +202,45 @@ impl BudgetController {
         *self.sizes.last().unwrap_or(&1)
     }
 
-    /// Record one evaluated step: `ranks` are the trie ranks along the path the
-    /// true output follows (increasing).
-    pub fn observe(&mut self, bucket: usize, ranks: &[u32]) {
+    /// Record one evaluated step of `arm`: `ranks` are the arm's trie ranks along the
+    /// path the true output follows (increasing).
+    pub fn observe(&mut self, arm: usize, bucket: usize, ranks: &[u32]) {
         let b = bucket.min(BUCKETS - 1);
-        self.count[b] = self.count[b] * self.decay + 1.0;
+        let count = &mut self.count[arm];
+        count[b] = count[b] * self.decay + 1.0;
         for (j, &s) in self.sizes.iter().enumerate() {
             let acc = ranks.iter().take_while(|&&r| (r as usize) < s).count();
-            self.sum_acc[b][j] = self.sum_acc[b][j] * self.decay + acc as f64;
+            let sum = &mut self.sum_acc[arm][b][j];
+            *sum = *sum * self.decay + acc as f64;
         }
     }
 
-    /// Expected accepted draft tokens at candidate budget index j in bucket b: the
-    /// bucket's mean shrunk towards the mean over all buckets with drafts (itself
-    /// shrunk towards "nothing accepted"), so a rarely seen bucket borrows from
-    /// the others instead of starting from zero.
-    pub fn expected_accepted(&self, b: usize, j: usize) -> f64 {
+    /// Expected accepted draft tokens of `arm` at candidate budget index j in bucket
+    /// b: the bucket's mean shrunk towards the mean over all buckets with drafts
+    /// (itself shrunk towards "nothing accepted"), so a rarely seen bucket borrows
+    /// from the others instead of starting from zero.
+    pub fn expected_accepted(&self, arm: usize, b: usize, j: usize) -> f64 {
+        let (sum_acc, count) = (&self.sum_acc[arm], &self.count[arm]);
         let (mut s, mut n) = (0.0, 0.0);
         for k in 1..BUCKETS {
-            s += self.sum_acc[k][j];
-            n += self.count[k];
+            s += sum_acc[k][j];
+            n += count[k];
         }
         let pooled = s / (n + self.prior_weight);
-        (self.sum_acc[b][j] + self.prior_weight * pooled) / (self.count[b] + self.prior_weight)
+        (sum_acc[b][j] + self.prior_weight * pooled) / (count[b] + self.prior_weight)
     }
 
-    /// Budget for a step: maximise expected emitted tokens per verify millisecond.
-    pub fn choose(&self, bucket: usize, tree_len: usize) -> usize {
+    /// Budget for a step cut by `arm` with `tree_len` nodes: maximise expected
+    /// emitted tokens per verify millisecond. Returns (budget, tokens per ms).
+    pub fn choose(&self, arm: usize, bucket: usize, tree_len: usize) -> (usize, f64) {
+        let mut best = (1.0 / self.curve.cost(1), 1usize);
         if bucket == 0 || tree_len <= 1 {
-            return 1;
+            return (best.1, best.0);
         }
         let b = bucket.min(BUCKETS - 1);
-        let mut best = (1.0 / self.curve.cost(1), 1usize);
         for (j, &s) in self.sizes.iter().enumerate().skip(1) {
             let rows = s.min(tree_len);
-            let rate = (1.0 + self.expected_accepted(b, j)) / self.curve.cost(rows);
+            let rate = (1.0 + self.expected_accepted(arm, b, j)) / self.curve.cost(rows);
             if rate > best.0 * 1.0001 {
                 best = (rate, rows);
             }
@@ -240,12 +248,14 @@ impl BudgetController {
                 break;
             }
         }
-        best.1
+        (best.1, best.0)
     }
 
-    /// The budget each bucket would get with a full trie (for reports).
+    /// The budget each bucket would get with a full trie of every source (for reports).
     pub fn budgets_by_bucket(&self) -> Vec<usize> {
-        (0..BUCKETS).map(|b| self.choose(b, usize::MAX)).collect()
+        (0..BUCKETS)
+            .map(|b| self.choose(crate::tree::ARM_ALL, b, usize::MAX).0)
+            .collect()
     }
 }
 
@@ -280,18 +290,18 @@ mod tests {
     #[test]
     fn no_evidence_means_no_speculation() {
         let ctl = BudgetController::new(CostCurve::affine(10.0, 0.1, &DEFAULT_SIZES), 64);
-        assert_eq!(ctl.choose(3, 64), 1);
+        assert_eq!(ctl.choose(0, 3, 64).0, 1);
     }
 
     #[test]
     fn flat_curve_and_good_drafts_pick_large_budget() {
         let mut ctl = BudgetController::new(CostCurve::affine(10.0, 0.01, &DEFAULT_SIZES), 64);
         for _ in 0..50 {
-            ctl.observe(5, &[1, 3, 6, 10, 20]);
+            ctl.observe(0, 5, &[1, 3, 6, 10, 20]);
         }
-        assert!(ctl.choose(5, 64) >= 32);
+        assert!(ctl.choose(0, 5, 64).0 >= 32);
         // Tree smaller than the budget: the whole tree.
-        assert_eq!(ctl.choose(5, 9), 9);
+        assert_eq!(ctl.choose(0, 5, 9).0, 9);
     }
 
     #[test]
@@ -301,23 +311,36 @@ mod tests {
         let mut ctl = BudgetController::new(CostCurve::affine(0.0, 10.0, &DEFAULT_SIZES), 64);
         for i in 0..100 {
             let ranks: &[u32] = if i % 10 == 0 { &[1] } else { &[] };
-            ctl.observe(2, ranks);
+            ctl.observe(0, 2, ranks);
         }
-        assert_eq!(ctl.choose(2, 64), 1);
+        assert_eq!(ctl.choose(0, 2, 64).0, 1);
     }
 
     #[test]
     fn unseen_bucket_borrows_from_the_others() {
         let mut ctl = BudgetController::new(CostCurve::affine(10.0, 0.5, &DEFAULT_SIZES), 64);
         for _ in 0..50 {
-            ctl.observe(4, &[0, 1, 2, 3]);
+            ctl.observe(0, 4, &[0, 1, 2, 3]);
         }
         // Bucket 3 was never seen: it borrows bucket 4's evidence, shrunk.
         let j = 2; // budget 4
-        let e3 = ctl.expected_accepted(3, j);
-        let e4 = ctl.expected_accepted(4, j);
+        let e3 = ctl.expected_accepted(0, 3, j);
+        let e4 = ctl.expected_accepted(0, 4, j);
         assert!(e3 > 1.0 && e3 < e4, "{e3} {e4}");
-        assert!(ctl.choose(3, 64) > 1);
-        assert_eq!(ctl.choose(0, 64), 1);
+        assert!(ctl.choose(0, 3, 64).0 > 1);
+        assert_eq!(ctl.choose(0, 0, 64).0, 1);
+    }
+
+    #[test]
+    fn arms_learn_separately() {
+        let mut ctl = BudgetController::new(CostCurve::affine(10.0, 0.5, &DEFAULT_SIZES), 64);
+        for _ in 0..50 {
+            ctl.observe(1, 4, &[0, 1, 2, 3]);
+            ctl.observe(0, 4, &[]);
+        }
+        let (b0, r0) = ctl.choose(0, 4, 64);
+        let (b1, r1) = ctl.choose(1, 4, 64);
+        assert_eq!(b0, 1);
+        assert!(b1 > 1 && r1 > r0, "{b1} {r1} {r0}");
     }
 }

@@ -7,7 +7,7 @@ use crate::drafter::{make_drafter, Drafter, Feedback, Mode};
 use crate::metrics::{Metrics, StopReason};
 use crate::sam::SuffixAutomaton;
 use crate::target::{PrefillOut, Target};
-use crate::tree::{DraftTree, FlatTree};
+use crate::tree::{DraftTree, FlatTree, ARMS, ARM_ALL, ARM_BASE};
 use crate::SpecError;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,6 +30,9 @@ pub struct GenConfig {
     /// Rank draft nodes by acceptance learned online per node feature (else by the
     /// drafters' heuristic priors only).
     pub learned_ranking: bool,
+    /// Also consider the base arm (raw-text sources only) each step and verify it
+    /// when it promises more (else always the tree of every source).
+    pub arm_choice: bool,
 }
 
 impl Default for GenConfig {
@@ -42,6 +45,7 @@ impl Default for GenConfig {
             cost_curve: None,
             profile_reps: 3,
             learned_ranking: true,
+            arm_choice: true,
         }
     }
 }
@@ -50,7 +54,8 @@ struct PendingEval {
     tree: DraftTree,
     /// Index in the context of the first token after the tree's root.
     start: usize,
-    bucket: usize,
+    /// Confidence bucket of each arm's cut.
+    buckets: [usize; ARMS],
     age: u32,
 }
 
@@ -218,18 +223,36 @@ impl Generator {
             self.drafter.draft(&self.ctx, &mut self.tree, step);
             self.tree
                 .rank(Some(&self.accept_model).filter(|_| self.cfg.learned_ranking));
-            let bucket = bucket_of(&self.tree);
-            let budget = match self.cfg.fixed_budget {
-                Some(b) => b,
-                None => self
-                    .controller
-                    .as_ref()
-                    .map_or(1, |c| c.choose(bucket, self.tree.len())),
+            let mut buckets = [0; ARMS];
+            for (a, b) in buckets.iter_mut().enumerate() {
+                *b = bucket_of(&self.tree, a);
             }
-            .min(target.max_batch())
-            .min(room_ctx)
-            .max(1);
-            self.tree.flatten(budget, &mut self.flat);
+            // Arm and budget: the fixed budget cuts every source; else the arm whose
+            // learned acceptance promises the most tokens per verify millisecond (the
+            // base arm only when the tree has nodes it excludes).
+            let (arm, budget) = match (self.cfg.fixed_budget, self.controller.as_ref()) {
+                (Some(b), _) => (ARM_ALL, b),
+                (None, None) => (ARM_ALL, 1),
+                (None, Some(c)) => {
+                    let all = c.choose(ARM_ALL, buckets[ARM_ALL], self.tree.arm_len(ARM_ALL));
+                    let base_len = self.tree.arm_len(ARM_BASE);
+                    if self.cfg.arm_choice && base_len < self.tree.arm_len(ARM_ALL) {
+                        let base = c.choose(ARM_BASE, buckets[ARM_BASE], base_len);
+                        if base.1 > all.1 {
+                            (ARM_BASE, base.0)
+                        } else {
+                            (ARM_ALL, all.0)
+                        }
+                    } else {
+                        (ARM_ALL, all.0)
+                    }
+                }
+            };
+            let budget = budget.min(target.max_batch()).min(room_ctx).max(1);
+            self.tree.flatten_arm(budget, arm, &mut self.flat);
+            if arm == ARM_BASE && budget > 1 {
+                m.base_arm_steps += 1;
+            }
             m.draft_ms += ms(t);
 
             // Verify.
@@ -303,7 +326,7 @@ impl Generator {
                 self.evals.push_back(PendingEval {
                     tree: spare,
                     start,
-                    bucket,
+                    buckets,
                     age: 0,
                 });
                 self.evaluate_pending(stop.is_some() || out.len() >= max_tokens, &mut m);
@@ -329,13 +352,15 @@ impl Generator {
             };
             e.age += 1;
             let future = &self.ctx[e.start.min(self.ctx.len())..];
-            let decided = e.tree.path_ranks(future, &mut self.ranks);
+            let decided = e.tree.path_ranks(future, ARM_ALL, &mut self.ranks);
             if decided || finish || e.age as usize >= MAX_PENDING_EVALS {
                 e.tree.learn(future, &mut self.accept_model);
-                if let Some(c) = self.controller.as_mut() {
-                    c.observe(e.bucket, &self.ranks);
-                }
                 m.observe_counterfactual(&self.ranks);
+                if let Some(c) = self.controller.as_mut() {
+                    c.observe(ARM_ALL, e.buckets[ARM_ALL], &self.ranks);
+                    e.tree.path_ranks(future, ARM_BASE, &mut self.ranks);
+                    c.observe(ARM_BASE, e.buckets[ARM_BASE], &self.ranks);
+                }
                 self.pool.push(e.tree);
             } else {
                 self.evals.push_back(e);

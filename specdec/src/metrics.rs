@@ -44,6 +44,9 @@ pub struct Metrics {
     /// One-off verify-cost profiling (not part of decode time).
     pub profile_ms: f64,
     pub budget_sum: usize,
+    /// Speculative steps that verified the base arm (raw-text sources only) because
+    /// it promised more than the tree of every source.
+    pub base_arm_steps: usize,
     pub stop: StopReason,
     /// Counterfactual acceptance, independent of the cost curve: for the trie of
     /// every evaluated step, the draft tokens a budget of `CF_SIZES[j]` rows would
@@ -139,6 +142,7 @@ impl Metrics {
         self.modeled_verify_ms += o.modeled_verify_ms;
         self.profile_ms += o.profile_ms;
         self.budget_sum += o.budget_sum;
+        self.base_arm_steps += o.base_arm_steps;
         self.stop = o.stop;
         self.cf_steps += o.cf_steps;
         for j in 0..CF_SIZES.len() {

@@ -13,6 +13,17 @@ pub const SRC_CALIB: u8 = 4;
 pub const SRC_EXT: u8 = 8;
 pub const SRC_PLD: u8 = 16;
 
+/// A ranked trie is cut two ways ("arms"): over every source, or over the raw-text
+/// sources only (own-context and database automata, prompt lookup: sam's own tree).
+/// Both are evaluated counterfactually every step, so the generator can verify
+/// whichever pays more and sdnpu never loses to its sam part where calibration or
+/// extension do not help.
+pub const ARMS: usize = 2;
+pub const ARM_ALL: usize = 0;
+pub const ARM_BASE: usize = 1;
+/// Sources the base arm keeps.
+pub const BASE_SOURCES: u8 = SRC_SELF | SRC_DB | SRC_PLD;
+
 use crate::accept_model::{
     feature, node_key, AcceptModel, KIND_CALIB, KIND_DB, KIND_EXT, KIND_OTHER, KIND_PLD, KIND_SELF,
 };
@@ -82,10 +93,10 @@ pub struct DraftTree {
     nodes: Vec<Node>,
     max_nodes: usize,
     max_depth: usize,
-    /// Node ids sorted by rank (valid after `rank`).
-    order: Vec<u32>,
-    /// Rank of every node id (valid after `rank`).
-    rank_of: Vec<u32>,
+    /// Per arm: node ids sorted by rank (valid after `rank`).
+    order: [Vec<u32>; ARMS],
+    /// Per arm: rank of every node id (`u32::MAX` when the arm excludes it).
+    rank_of: [Vec<u32>; ARMS],
 }
 
 /// A flattened, budget-cut tree ready for verification.
@@ -165,16 +176,18 @@ impl DraftTree {
             nodes: Vec::with_capacity(max_nodes),
             max_nodes: max_nodes.max(1),
             max_depth,
-            order: Vec::with_capacity(max_nodes),
-            rank_of: Vec::with_capacity(max_nodes),
+            order: std::array::from_fn(|_| Vec::with_capacity(max_nodes)),
+            rank_of: std::array::from_fn(|_| Vec::with_capacity(max_nodes)),
         }
     }
 
     /// Start a new step with `pending` as the root.
     pub fn reset(&mut self, pending: u32) {
         self.nodes.clear();
-        self.order.clear();
-        self.rank_of.clear();
+        for a in 0..ARMS {
+            self.order[a].clear();
+            self.rank_of[a].clear();
+        }
         self.nodes.push(Node {
             token: pending,
             parent: -1,
@@ -339,28 +352,45 @@ impl DraftTree {
             };
             self.nodes[i].est = self.nodes[p].est * cond;
         }
-        self.order.clear();
-        self.order.extend(0..self.nodes.len() as u32);
         let nodes = &self.nodes;
-        self.order.sort_by(|&a, &b| {
+        let [all, base] = &mut self.order;
+        all.clear();
+        all.extend(0..nodes.len() as u32);
+        all.sort_by(|&a, &b| {
             let (na, nb) = (&nodes[a as usize], &nodes[b as usize]);
             nb.est
                 .total_cmp(&na.est)
                 .then(na.depth.cmp(&nb.depth))
                 .then(a.cmp(&b))
         });
-        self.rank_of.clear();
-        self.rank_of.resize(self.nodes.len(), 0);
-        for (r, &id) in self.order.iter().enumerate() {
-            self.rank_of[id as usize] = r as u32;
+        // A base-source node's ancestors carry its sources too (a candidate marks
+        // its whole path), so the base arm's every prefix is connected as well.
+        base.clear();
+        base.extend(
+            all.iter()
+                .copied()
+                .filter(|&id| id == 0 || nodes[id as usize].sources & BASE_SOURCES != 0),
+        );
+        for a in 0..ARMS {
+            self.rank_of[a].clear();
+            self.rank_of[a].resize(self.nodes.len(), u32::MAX);
+            for (r, &id) in self.order[a].iter().enumerate() {
+                self.rank_of[a][id as usize] = r as u32;
+            }
         }
     }
 
+    /// Nodes (root included) the arm can verify.
+    pub fn arm_len(&self, arm: usize) -> usize {
+        self.order[arm].len()
+    }
+
     /// Expected accepted draft tokens if the best `budget` rows were verified: the
-    /// sum of the estimated acceptance of the ranked nodes after the root.
-    pub fn expected_accepted(&self, budget: usize) -> f32 {
-        let n = budget.min(self.order.len());
-        self.order[1.min(n)..n]
+    /// sum of the estimated acceptance of the arm's ranked nodes after the root.
+    pub fn expected_accepted(&self, budget: usize, arm: usize) -> f32 {
+        let order = &self.order[arm];
+        let n = budget.min(order.len());
+        order[1.min(n)..n]
             .iter()
             .map(|&id| self.nodes[id as usize].est)
             .sum()
@@ -390,22 +420,28 @@ impl DraftTree {
         }
     }
 
-    /// Estimated acceptance of the node with rank r (after `rank`).
+    /// Estimated acceptance of the node with rank r (after `rank`, every source).
     pub fn score_at_rank(&self, r: usize) -> f32 {
-        self.nodes[self.order[r] as usize].est
+        self.nodes[self.order[ARM_ALL][r] as usize].est
     }
 
-    /// Cut the ranked tree at `budget` rows and flatten it in BFS order.
+    /// Cut the ranked tree at `budget` rows of every source and flatten it in BFS order.
     pub fn flatten(&self, budget: usize, out: &mut FlatTree) {
-        let n = budget.clamp(1, self.nodes.len());
+        self.flatten_arm(budget, ARM_ALL, out)
+    }
+
+    /// Cut the arm's ranking at `budget` rows and flatten it in BFS order.
+    pub fn flatten_arm(&self, budget: usize, arm: usize, out: &mut FlatTree) {
+        let order = &self.order[arm];
+        let n = budget.clamp(1, order.len());
         out.tokens.clear();
         out.parents.clear();
         out.depths.clear();
         out.node_ids.clear();
         out.sources.clear();
-        out.node_ids.extend_from_slice(&self.order[..n]);
+        out.node_ids.extend_from_slice(&order[..n]);
         let nodes = &self.nodes;
-        let rank_of = &self.rank_of;
+        let rank_of = &self.rank_of[arm];
         out.node_ids
             .sort_by_key(|&id| (nodes[id as usize].depth, rank_of[id as usize]));
         for i in 0..n {
@@ -431,14 +467,19 @@ impl DraftTree {
     /// trie nodes along the path that `future` (the tokens after the root) follows.
     /// With budget b, the step would have accepted the number of these ranks < b.
     /// Returns whether the walk ended inside the known future (a mismatch or a leaf),
-    /// i.e. the result can no longer change as more output arrives.
-    pub fn path_ranks(&self, future: &[u32], ranks: &mut Vec<u32>) -> bool {
+    /// i.e. the result can no longer change as more output arrives. Ranks are the
+    /// arm's; the walk stops at the first node the arm excludes.
+    pub fn path_ranks(&self, future: &[u32], arm: usize, ranks: &mut Vec<u32>) -> bool {
         ranks.clear();
         let mut n = 0usize;
         for &t in future {
             match self.child(n, t) {
                 Some(c) => {
-                    ranks.push(self.rank_of[c]);
+                    let r = self.rank_of[arm][c];
+                    if r == u32::MAX {
+                        return true;
+                    }
+                    ranks.push(r);
                     n = c;
                 }
                 None => return true,
@@ -578,12 +619,12 @@ mod tests {
         t.insert(&[4], |_| 0.95, SRC_DB);
         t.rank(None);
         let mut r = Vec::new();
-        assert!(t.path_ranks(&[1, 2, 7], &mut r));
+        assert!(t.path_ranks(&[1, 2, 7], ARM_ALL, &mut r));
         assert_eq!(r.len(), 2);
         assert!(r[0] < r[1]);
         // Future too short to decide: walk ended at an inner node.
-        assert!(!t.path_ranks(&[1], &mut r));
-        assert!(t.path_ranks(&[1, 2, 3, 5], &mut r)); // reached a leaf
+        assert!(!t.path_ranks(&[1], ARM_ALL, &mut r));
+        assert!(t.path_ranks(&[1, 2, 3, 5], ARM_ALL, &mut r)); // reached a leaf
         assert_eq!(r.len(), 3);
     }
 
@@ -641,7 +682,7 @@ mod tests {
         build(&mut t);
         t.rank(None);
         assert_eq!(flat_of(&t, 2).tokens, vec![0, 1]);
-        assert!((t.expected_accepted(3) - (0.8 + 0.64)).abs() < 1e-5);
+        assert!((t.expected_accepted(3, ARM_ALL) - (0.8 + 0.64)).abs() < 1e-5);
         // The database source turns out to be always right, self never.
         let mut m = AcceptModel::default();
         for _ in 0..200 {
@@ -649,12 +690,48 @@ mod tests {
         }
         t.rank(Some(&m));
         assert_eq!(flat_of(&t, 3).tokens, vec![0, 3, 4]);
-        assert!(t.expected_accepted(3) > 1.8);
+        assert!(t.expected_accepted(3, ARM_ALL) > 1.8);
         for b in 1..=t.len() {
             let f = flat_of(&t, b);
             for i in 1..f.len() {
                 assert!(f.parents[i] >= 0 && (f.parents[i] as usize) < i);
             }
         }
+    }
+
+    #[test]
+    fn base_arm_drops_calibration_and_extension_nodes() {
+        let mut t = DraftTree::new(64, 16);
+        t.reset(0);
+        t.insert(&[1, 2, 3], |d| 0.8f32.powi(d as i32 + 1), SRC_SELF);
+        // Calibration refines the same text (shared prefix) and adds branches.
+        t.insert(&[1, 9, 9], |_| 0.95, SRC_CALIB);
+        t.insert(&[5], |_| 0.99, SRC_EXT);
+        t.insert(&[6, 7], |_| 0.3, SRC_DB);
+        t.rank(None);
+        assert_eq!(t.arm_len(ARM_ALL), t.len());
+        assert_eq!(t.arm_len(ARM_BASE), 6); // root, 1, 2, 3, 6, 7
+        let mut f = FlatTree::default();
+        t.flatten_arm(64, ARM_BASE, &mut f);
+        assert!(f.sources[1..].iter().all(|&s| s & BASE_SOURCES != 0));
+        for b in 1..=t.arm_len(ARM_BASE) {
+            t.flatten_arm(b, ARM_BASE, &mut f);
+            assert_eq!(f.len(), b);
+            for i in 1..f.len() {
+                assert!(f.parents[i] >= 0 && (f.parents[i] as usize) < i);
+            }
+        }
+        // The full arm puts the extension branch first; the base arm never has it.
+        t.flatten_arm(2, ARM_ALL, &mut f);
+        assert_eq!(f.tokens, vec![0, 5]);
+        t.flatten_arm(2, ARM_BASE, &mut f);
+        assert_eq!(f.tokens, vec![0, 1]);
+        // Counterfactual walk: the base arm stops where only calibration went.
+        let mut r = Vec::new();
+        assert!(t.path_ranks(&[1, 9, 9], ARM_BASE, &mut r));
+        assert_eq!(r.len(), 1);
+        t.path_ranks(&[1, 9, 9], ARM_ALL, &mut r);
+        assert_eq!(r.len(), 3);
+        assert!(t.expected_accepted(64, ARM_BASE) < t.expected_accepted(64, ARM_ALL));
     }
 }
