@@ -15,9 +15,12 @@
 //!   = bit 4 of code(row i, col 4c+e). Q6_K: per block 2 vectors, byte `4i+e` of
 //!   vector `q` holds bits 4..6 of the code of chunk `4q+k` at bits `2k..2k+2`.
 //! * scales: Q4_0/Q5_0/Q8_0: per block d[16] (f16). Q4_1/Q5_1: per block d[16],
-//!   m[16] (f16). Q4_K: per super-block d[16], dmin[16] (f16), then per block
-//!   sc[16], mq[16] (u8). Q6_K: per super-block d[16] (f16) + 32 pad bytes, then
-//!   per block sc_lo[16], sc_hi[16] (i8).
+//!   m[16] (f16). Q4_K: per super-block d[16], dmin[16] (f16), then sc[16] (u8)
+//!   for each of its 8 blocks, then for each block pair p the mins interleaved
+//!   as 32 bytes, byte `2i+e` = mq(row i, block 2p+e) (u8), so that widening to
+//!   i16 puts row i's two mins in lane i for one `vpdpwssd`. Q6_K: per
+//!   super-block d[16] (f16) + 32 pad bytes, then per block 32 bytes, byte
+//!   `2i+e` = sub-scale e (first / second 16 columns) of row i (i8).
 //!
 //! F32/F16: per column k, the 16 rows' values (64 / 32 bytes), no planes.
 //!
@@ -65,6 +68,11 @@ impl Planes {
         self.codes + self.high + self.scales
     }
 }
+
+/// Offsets inside a K-quant super-block's 320 scale bytes (see the module docs).
+pub(crate) const Q4K_SC: usize = 64;
+pub(crate) const Q4K_MQ: usize = 192;
+pub(crate) const Q6K_SUB: usize = 64;
 
 /// The `zero` subtracted from codes in the canonical integer sum.
 pub(crate) fn zero_point(ty: GgmlType) -> i32 {
@@ -120,14 +128,18 @@ pub(crate) fn pack_group(
                         put_f16(&mut scales[b * 64..], i, blk.d);
                         put_f16(&mut scales[b * 64 + 32..], i, blk.m);
                     }
-                    GgmlType::Q4K | GgmlType::Q6K => {
+                    GgmlType::Q4K => {
                         let s = &mut scales[sb * 320..(sb + 1) * 320];
                         put_f16(s, i, blk.d);
-                        if ty == GgmlType::Q4K {
-                            put_f16(&mut s[32..], i, blk.m);
-                        }
-                        s[64 + j * 32 + i] = blk.sc[0] as u8;
-                        s[64 + j * 32 + 16 + i] = blk.sc[1] as u8;
+                        put_f16(&mut s[32..], i, blk.m);
+                        s[Q4K_SC + 16 * j + i] = blk.sc[0] as u8;
+                        s[Q4K_MQ + 32 * (j / 2) + 2 * i + j % 2] = blk.sc[1] as u8;
+                    }
+                    GgmlType::Q6K => {
+                        let s = &mut scales[sb * 320..(sb + 1) * 320];
+                        put_f16(s, i, blk.d);
+                        s[Q6K_SUB + 32 * j + 2 * i] = blk.sc[0] as u8;
+                        s[Q6K_SUB + 32 * j + 2 * i + 1] = blk.sc[1] as u8;
                     }
                     _ => unreachable!(),
                 }
@@ -179,8 +191,11 @@ pub(crate) struct Tile {
     pub scale: [f32; GROUP],
     /// Per-row additive term: m (Q4_1/Q5_1), −dmin·mq (Q4_K), else 0.
     pub min: [f32; GROUP],
-    /// Q6_K sub-block scales (first / second 16 columns).
+    /// Integer sub-block scales: Q4_K (sc, mq); Q6_K (first 16 columns,
+    /// second 16 columns).
     pub sub: [[i32; 2]; GROUP],
+    /// K-quants: the super-block's d and (Q4_K) dmin.
+    pub dk: [[f32; 2]; GROUP],
 }
 
 impl Default for Tile {
@@ -190,6 +205,7 @@ impl Default for Tile {
             scale: [0.0; GROUP],
             min: [0.0; GROUP],
             sub: [[0; 2]; GROUP],
+            dk: [[0.0; 2]; GROUP],
         }
     }
 }
@@ -237,8 +253,15 @@ pub(crate) fn decode_tile(ty: GgmlType, p: &Planes, group: &[u8], b: usize, t: &
             GgmlType::Q4K => {
                 let s = &scales[(b / 8) * 320..];
                 let j = b % 8;
-                t.scale[i] = f16_get(s, i) * s[64 + j * 32 + i] as f32;
-                t.min[i] = -(f16_get(&s[32..], i) * s[64 + j * 32 + 16 + i] as f32);
+                let (sc, mq) = (
+                    s[Q4K_SC + 16 * j + i],
+                    s[Q4K_MQ + 32 * (j / 2) + 2 * i + j % 2],
+                );
+                let (d, dmin) = (f16_get(s, i), f16_get(&s[32..], i));
+                t.scale[i] = d * sc as f32;
+                t.min[i] = -(dmin * mq as f32);
+                t.sub[i] = [sc as i32, mq as i32];
+                t.dk[i] = [d, dmin];
             }
             GgmlType::Q6K => {
                 let s = &scales[(b / 8) * 320..];
@@ -246,9 +269,10 @@ pub(crate) fn decode_tile(ty: GgmlType, p: &Planes, group: &[u8], b: usize, t: &
                 t.scale[i] = f16_get(s, i);
                 t.min[i] = 0.0;
                 t.sub[i] = [
-                    s[64 + j * 32 + i] as i8 as i32,
-                    s[64 + j * 32 + 16 + i] as i8 as i32,
+                    s[Q6K_SUB + 32 * j + 2 * i] as i8 as i32,
+                    s[Q6K_SUB + 32 * j + 2 * i + 1] as i8 as i32,
                 ];
+                t.dk[i] = [t.scale[i], 0.0];
             }
             _ => unreachable!(),
         }

@@ -4,10 +4,16 @@
 //! S, first-16 sum S_lo, dsum = da·S), over blocks b in column order, starting
 //! from acc = 0.0 (f32):
 //!
-//! * integer part (exact): isum = Σ_k c_k·a_k − zero·S; for Q6_K
-//!   isum = sub_lo·(Σ_{k<16} c_k·a_k − 32·S_lo) + sub_hi·(Σ_{k≥16} c_k·a_k − 32·(S − S_lo))
-//! * acc = fma(f32(isum), scale_r·da, acc)
-//! * Q4_1/Q5_1/Q4_K only: acc = fma(min_r, dsum, acc)
+//! * legacy formats, per block: isum = Σ_k c_k·a_k − zero·S (exact), then
+//!   acc = fma(f32(isum), scale_r·da, acc), and for Q4_1/Q5_1 also
+//!   acc = fma(min_r, dsum, acc).
+//! * K-quants (Q4_K/Q6_K; one activation scale da per 256 columns), per
+//!   super-block of 8 blocks j, exact integer sums over the whole super-block:
+//!   Q4_K: ISUM = Σ_j sc_j·Σ_k c_k·a_k and MSUM = Σ_j mq_j·S_j;
+//!   Q6_K: ISUM = Σ_j lo_j·(Σ_{k<16} c_k·a_k − 32·S_lo) + hi_j·(Σ_{k≥16} c_k·a_k − 32·(S − S_lo));
+//!   then acc = fma(f32(ISUM), d_r·da, acc), and for Q4_K also
+//!   acc = fma(f32(MSUM), −(dmin_r·da), acc). (|ISUM| < 2^31 for every input:
+//!   Q4_K ≤ 8·63·32·15·127, Q6_K ≤ 16·128·16·32·127.)
 //!
 //! Float weights (F32/F16) skip activation quantization:
 //! acc = fma(w_rk, x_tk, acc) for k in order.
@@ -49,8 +55,12 @@ fn run_quant(
 ) {
     let nb = k.cols / 32;
     let z = zero_point(k.ty);
+    let kq = matches!(k.ty, GgmlType::Q4K | GgmlType::Q6K);
     let mut tile = Tile::default();
     let mut acc = [[0f32; GROUP]; TCHUNK];
+    // K-quants: integer sums of the current super-block per (token, row).
+    let mut isum = [[0i32; GROUP]; TCHUNK];
+    let mut msum = [[0i32; GROUP]; TCHUNK];
     for g in g0..g1 {
         let group = k.group(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -58,25 +68,52 @@ fn run_quant(
             acc[..nt].iter_mut().for_each(|a| *a = [0.0; GROUP]);
             for b in 0..nb {
                 decode_tile(k.ty, &k.planes, group, b, &mut tile);
-                for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                if kq && b % 8 == 0 {
+                    isum[..nt].iter_mut().for_each(|a| *a = [0; GROUP]);
+                    msum[..nt].iter_mut().for_each(|a| *a = [0; GROUP]);
+                }
+                for dt in 0..nt {
                     let blk = (t0 + dt) * nb + b;
                     let a = &acts.q[blk * 32..blk * 32 + 32];
                     let (da, s, s_lo, dsum) =
                         (acts.d[blk], acts.sum[blk], acts.sum_lo[blk], acts.dsum[blk]);
-                    for (i, acc) in acc.iter_mut().enumerate() {
+                    for i in 0..GROUP {
                         let c = &tile.codes[i];
                         let dot = |r: std::ops::Range<usize>| -> i32 {
                             r.map(|kk| c[kk] as i32 * a[kk] as i32).sum()
                         };
-                        let isum = if k.ty == GgmlType::Q6K {
-                            tile.sub[i][0] * (dot(0..16) - 32 * s_lo)
-                                + tile.sub[i][1] * (dot(16..32) - 32 * (s - s_lo))
-                        } else {
-                            dot(0..32) - z * s
-                        };
-                        *acc = (isum as f32).mul_add(tile.scale[i] * da, *acc);
-                        if has_min(k.ty) {
-                            *acc = tile.min[i].mul_add(dsum, *acc);
+                        let [s0, s1] = tile.sub[i];
+                        match k.ty {
+                            GgmlType::Q4K => {
+                                isum[dt][i] += s0 * dot(0..32);
+                                msum[dt][i] += s1 * s;
+                            }
+                            GgmlType::Q6K => {
+                                isum[dt][i] += s0 * (dot(0..16) - 32 * s_lo)
+                                    + s1 * (dot(16..32) - 32 * (s - s_lo));
+                            }
+                            _ => {
+                                let v = dot(0..32) - z * s;
+                                let acc = &mut acc[dt][i];
+                                *acc = (v as f32).mul_add(tile.scale[i] * da, *acc);
+                                if has_min(k.ty) {
+                                    *acc = tile.min[i].mul_add(dsum, *acc);
+                                }
+                            }
+                        }
+                    }
+                }
+                if kq && b % 8 == 7 {
+                    for dt in 0..nt {
+                        // Q8K activations: one scale for the 8 blocks.
+                        let da = acts.d[(t0 + dt) * nb + b];
+                        for i in 0..GROUP {
+                            let [d, dmin] = tile.dk[i];
+                            let acc = &mut acc[dt][i];
+                            *acc = (isum[dt][i] as f32).mul_add(d * da, *acc);
+                            if k.ty == GgmlType::Q4K {
+                                *acc = (msum[dt][i] as f32).mul_add(-(dmin * da), *acc);
+                            }
                         }
                     }
                 }

@@ -1,14 +1,15 @@
 //! AVX2 kernels: the AVX-512 scheme on 256-bit vectors. Each 64-byte layout
 //! vector is processed as two halves (rows 0..8 and 8..16), each half fully
 //! independently. `vpmaddubsw` + `vpmaddwd` replace `vpdpbusd`; for Q8_0 the
-//! sign trick keeps `vpmaddubsw` from saturating. Integer sums are exact, so
-//! results equal the portable kernel's bit for bit.
+//! sign trick keeps `vpmaddubsw` from saturating; for the K-quants the
+//! `vpmaddwd` multiplies by the sub-block scale instead of 1, for free.
+//! Integer sums are exact, so results equal the portable kernel's bit for bit.
 
 use std::arch::x86_64::*;
 
 use super::act::QuantActs;
 use super::ggml::QUANT_TYPES;
-use super::layout::{zero_point, GROUP};
+use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
 use super::matmul::Kernel;
 use super::portable::TCHUNK;
 use super::GgmlType;
@@ -48,8 +49,8 @@ pub(crate) unsafe fn run(
             GgmlType::Q5_0 => quant::<Q5_0>(k, acts, g0, g1, write),
             GgmlType::Q5_1 => quant::<Q5_1>(k, acts, g0, g1, write),
             GgmlType::Q8_0 => quant::<Q8_0>(k, acts, g0, g1, write),
-            GgmlType::Q4K => quant::<Q4K>(k, acts, g0, g1, write),
-            GgmlType::Q6K => quant::<Q6K>(k, acts, g0, g1, write),
+            GgmlType::Q4K => kquant::<Q4K>(k, acts, g0, g1, write),
+            GgmlType::Q6K => kquant::<Q6K>(k, acts, g0, g1, write),
             GgmlType::F32 | GgmlType::F16 => float(k, x, g0, g1, write),
             _ => unreachable!("{} is not a kernel type", k.ty),
         }
@@ -94,13 +95,11 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     } else {
         zero_point(fmt_type(F))
     };
-    let has_min = matches!(F, Q4_1 | Q5_1 | Q4K);
+    let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
     let mut res = [0f32; GROUP];
     let nib = _mm256_set1_epi8(0x0F);
-    let m30 = _mm256_set1_epi8(0x30);
     let m10 = _mm256_set1_epi8(0x10);
-    let sign = _mm256_set1_epi32(i32::MIN);
     let flip = _mm256_set1_epi8(-128);
     let bytes_per_block = p.group_bytes() / nb;
     for g in g0..g1 {
@@ -145,21 +144,6 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                             *w = _mm256_or_si256(*w, _mm256_and_si256(bits_to_bytes(m), m10));
                         }
                     }
-                    if F == Q6K {
-                        for q in 0..2 {
-                            let hv = _mm256_loadu_si256(high.add(b * 128 + q * 64 + h * 32).cast());
-                            let parts = [
-                                _mm256_slli_epi16::<4>(hv),
-                                _mm256_slli_epi16::<2>(hv),
-                                hv,
-                                _mm256_srli_epi16::<2>(hv),
-                            ];
-                            for (kk, part) in parts.into_iter().enumerate() {
-                                let c = 4 * q + kk;
-                                w[c] = _mm256_or_si256(w[c], _mm256_and_si256(part, m30));
-                            }
-                        }
-                    }
                     let (mut wabs, mut wsgn) =
                         ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
                     if F == Q8_0 {
@@ -171,48 +155,11 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                     let f16x8 = |off: usize| {
                         _mm256_cvtph_ps(_mm_loadu_si128(scales.add(off + h * 16).cast()))
                     };
-                    let (scale, min, sub_lo, sub_hi);
-                    match F {
-                        Q4_1 | Q5_1 => {
-                            scale = f16x8(b * 64);
-                            min = f16x8(b * 64 + 32);
-                            (sub_lo, sub_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                        }
-                        Q4K => {
-                            let s0 = (b / 8) * 320;
-                            let j = b % 8;
-                            let d = f16x8(s0);
-                            let dmin = f16x8(s0 + 32);
-                            let u8x8 = |off: usize| {
-                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                    scales.add(off + h * 8).cast(),
-                                )))
-                            };
-                            scale = _mm256_mul_ps(d, u8x8(s0 + 64 + j * 32));
-                            let m = _mm256_mul_ps(dmin, u8x8(s0 + 80 + j * 32));
-                            min =
-                                _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(m), sign));
-                            (sub_lo, sub_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                        }
-                        Q6K => {
-                            let s0 = (b / 8) * 320;
-                            let j = b % 8;
-                            scale = f16x8(s0);
-                            min = _mm256_setzero_ps();
-                            let i8x8 = |off: usize| {
-                                _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                    scales.add(off + h * 8).cast(),
-                                ))
-                            };
-                            sub_lo = i8x8(s0 + 64 + j * 32);
-                            sub_hi = i8x8(s0 + 80 + j * 32);
-                        }
-                        _ => {
-                            scale = f16x8(b * 32);
-                            min = _mm256_setzero_ps();
-                            (sub_lo, sub_hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                        }
-                    }
+                    let (scale, min) = if F == Q4_1 || F == Q5_1 {
+                        (f16x8(b * 64), f16x8(b * 64 + 32))
+                    } else {
+                        (f16x8(b * 32), _mm256_setzero_ps())
+                    };
                     for (dt, acc) in acc[..nt].iter_mut().enumerate() {
                         let blk = (t0 + dt) * nb + b;
                         // SAFETY: blk < n_tokens * nb, within the quantized activations.
@@ -226,27 +173,13 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                                 dot4(w[c], bc(c))
                             }
                         };
-                        let isum = if F == Q6K {
-                            let s_lo = *acts.sum_lo.get_unchecked(blk);
-                            let mut lo = _mm256_set1_epi32(-32 * s_lo);
-                            let mut hi = _mm256_set1_epi32(-32 * (s - s_lo));
-                            for c in 0..4 {
-                                lo = _mm256_add_epi32(lo, prod(c));
-                                hi = _mm256_add_epi32(hi, prod(c + 4));
-                            }
-                            _mm256_add_epi32(
-                                _mm256_mullo_epi32(lo, sub_lo),
-                                _mm256_mullo_epi32(hi, sub_hi),
-                            )
-                        } else {
-                            let mut i0 = _mm256_set1_epi32(-z * s);
-                            let mut i1 = _mm256_setzero_si256();
-                            for c in (0..8).step_by(2) {
-                                i0 = _mm256_add_epi32(i0, prod(c));
-                                i1 = _mm256_add_epi32(i1, prod(c + 1));
-                            }
-                            _mm256_add_epi32(i0, i1)
-                        };
+                        let mut i0 = _mm256_set1_epi32(-z * s);
+                        let mut i1 = _mm256_setzero_si256();
+                        for c in (0..8).step_by(2) {
+                            i0 = _mm256_add_epi32(i0, prod(c));
+                            i1 = _mm256_add_epi32(i1, prod(c + 1));
+                        }
+                        let isum = _mm256_add_epi32(i0, i1);
                         let da = _mm256_set1_ps(*acts.d.get_unchecked(blk));
                         let mut v = _mm256_fmadd_ps(
                             _mm256_cvtepi32_ps(isum),
@@ -261,6 +194,192 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                             );
                         }
                         acc[h] = v;
+                    }
+                }
+            }
+            for (dt, acc) in acc[..nt].iter().enumerate() {
+                _mm256_storeu_ps(res.as_mut_ptr(), acc[0]);
+                _mm256_storeu_ps(res.as_mut_ptr().add(8), acc[1]);
+                write(t0 + dt, g, &res);
+            }
+        }
+    }
+}
+
+/// The 8 code vectors of half `h` (rows 8h..8h+8) of a Q4_K / Q6_K block.
+///
+/// # Safety
+/// AVX2; `codes`/`high` point at a group's planes holding block `b`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load_kcodes<const F: u8>(
+    codes: *const u8,
+    high: *const u8,
+    b: usize,
+    h: usize,
+) -> [__m256i; 8] {
+    // SAFETY: offsets stay inside the group's planes (256 code bytes and, for
+    // Q6_K, 128 high-bit bytes per block); `h * 32` selects a vector half.
+    unsafe {
+        let nib = _mm256_set1_epi8(0x0F);
+        let mut w = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let v = _mm256_loadu_si256(codes.add(b * 256 + j * 64 + h * 32).cast());
+            w[j] = _mm256_and_si256(v, nib);
+            w[j + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib);
+        }
+        if F == Q6K {
+            let m30 = _mm256_set1_epi8(0x30);
+            for q in 0..2 {
+                let hv = _mm256_loadu_si256(high.add(b * 128 + q * 64 + h * 32).cast());
+                let parts = [
+                    _mm256_slli_epi16::<4>(hv),
+                    _mm256_slli_epi16::<2>(hv),
+                    hv,
+                    _mm256_srli_epi16::<2>(hv),
+                ];
+                for (kk, part) in parts.into_iter().enumerate() {
+                    let c = 4 * q + kk;
+                    w[c] = _mm256_or_si256(w[c], _mm256_and_si256(part, m30));
+                }
+            }
+        }
+        w
+    }
+}
+
+/// Two i32 code sums as one i32 holding two i16 (|sum| ≤ 32·127 fits).
+#[inline(always)]
+fn pack_i16x2(lo: i32, hi: i32) -> i32 {
+    ((lo as u32 & 0xFFFF) | ((hi as u32) << 16)) as i32
+}
+
+/// Q4_K / Q6_K: integer sums over each 256-column super-block; `vpmaddwd`
+/// applies the sub-block scale (an i16 pair per lane) instead of 1, and the
+/// Q4_K mins / Q6_K zero points are one `vpmaddwd` per block pair / block.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
+    let nb = k.cols / 32;
+    let p = k.planes;
+    let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
+    let mut isum = [[_mm256_setzero_si256(); 2]; TCHUNK];
+    let mut res = [0f32; GROUP];
+    let sign = _mm256_set1_epi32(i32::MIN);
+    // Per 32-bit lane (i16 lo, i16 hi) -> (lo, lo) / (hi, hi).
+    // (`vpshufb` indexes bytes within each 128-bit half.)
+    let dup_lo = _mm256_setr_epi8(
+        0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12,
+        13, 12, 13,
+    );
+    let dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
+    let bytes_per_block = p.group_bytes() / nb;
+    for g in g0..g1 {
+        let group = k.group(g);
+        let codes = group.as_ptr();
+        let high = group[p.codes..].as_ptr();
+        let scales = group[p.codes + p.high..].as_ptr();
+        for t0 in (0..k.n_tokens).step_by(TCHUNK) {
+            let nt = TCHUNK.min(k.n_tokens - t0);
+            for a in &mut acc[..nt] {
+                *a = [_mm256_setzero_ps(); 2];
+            }
+            for sb in 0..nb / 8 {
+                // SAFETY (this block): the scale plane holds 320 bytes per
+                // super-block (layout docs); block sb*8+j < nb; activation
+                // blocks (t0+dt)*nb + b < n_tokens*nb.
+                let s = scales.add(sb * 320);
+                for j in 0..8 {
+                    let b = sb * 8 + j;
+                    // Software prefetch, as in the AVX-512 kernel.
+                    let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
+                    let mut off = 0;
+                    while off < bytes_per_block {
+                        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast());
+                        off += 64;
+                    }
+                    for h in 0..2 {
+                        let w = load_kcodes::<F>(codes, high, b, h);
+                        // Scales as an i16 pair per lane: Q4_K (sc, sc); Q6_K
+                        // (lo, hi) for the zero point, and duplicated halves.
+                        let (pair, sc_lo, sc_hi) = if F == Q4K {
+                            let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                s.add(Q4K_SC + 16 * j + 8 * h).cast(),
+                            ));
+                            let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
+                            (sc, sc, sc)
+                        } else {
+                            let pair = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                s.add(Q6K_SUB + 32 * j + 16 * h).cast(),
+                            ));
+                            (
+                                pair,
+                                _mm256_shuffle_epi8(pair, dup_lo),
+                                _mm256_shuffle_epi8(pair, dup_hi),
+                            )
+                        };
+                        for (dt, isum) in isum[..nt].iter_mut().enumerate() {
+                            let blk = (t0 + dt) * nb + b;
+                            let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
+                            let bc = |c: usize| _mm256_set1_epi32(a.add(c).read_unaligned());
+                            let prod = |c: usize, sc: __m256i| {
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], bc(c)), sc)
+                            };
+                            let mut lo = prod(0, sc_lo);
+                            let mut hi = prod(4, sc_hi);
+                            for c in 1..4 {
+                                lo = _mm256_add_epi32(lo, prod(c, sc_lo));
+                                hi = _mm256_add_epi32(hi, prod(c + 4, sc_hi));
+                            }
+                            let mut v = _mm256_add_epi32(lo, hi);
+                            if F == Q6K {
+                                let s_all = *acts.sum.get_unchecked(blk);
+                                let s_lo = *acts.sum_lo.get_unchecked(blk);
+                                let zs = _mm256_set1_epi32(pack_i16x2(s_lo, s_all - s_lo));
+                                let corr = _mm256_madd_epi16(pair, zs);
+                                v = _mm256_sub_epi32(v, _mm256_slli_epi32::<5>(corr));
+                            }
+                            // The first block starts the super-block's sums.
+                            isum[h] = if j == 0 {
+                                v
+                            } else {
+                                _mm256_add_epi32(isum[h], v)
+                            };
+                        }
+                    }
+                }
+                for h in 0..2 {
+                    let f16x8 =
+                        |off: usize| _mm256_cvtph_ps(_mm_loadu_si128(s.add(off + h * 16).cast()));
+                    let (d, dmin) = (f16x8(0), f16x8(32));
+                    let mut mq = [_mm256_setzero_si256(); 4];
+                    if F == Q4K {
+                        for (pp, mq) in mq.iter_mut().enumerate() {
+                            *mq = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                s.add(Q4K_MQ + 32 * pp + 16 * h).cast(),
+                            ));
+                        }
+                    }
+                    for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                        let blk0 = (t0 + dt) * nb + sb * 8;
+                        let da = _mm256_set1_ps(*acts.d.get_unchecked(blk0));
+                        let v = _mm256_cvtepi32_ps(isum[dt][h]);
+                        acc[h] = _mm256_fmadd_ps(v, _mm256_mul_ps(d, da), acc[h]);
+                        if F == Q4K {
+                            let sums = acts.sum.as_ptr().add(blk0);
+                            let mut m = _mm256_setzero_si256();
+                            for (pp, mq) in mq.iter().enumerate() {
+                                let pair = pack_i16x2(*sums.add(2 * pp), *sums.add(2 * pp + 1));
+                                m = _mm256_add_epi32(
+                                    m,
+                                    _mm256_madd_epi16(*mq, _mm256_set1_epi32(pair)),
+                                );
+                            }
+                            let neg = _mm256_castsi256_ps(_mm256_xor_si256(
+                                _mm256_castps_si256(_mm256_mul_ps(dmin, da)),
+                                sign,
+                            ));
+                            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), neg, acc[h]);
+                        }
                     }
                 }
             }

@@ -2,13 +2,14 @@
 //! each of 16 rows by the same 4 signed activations (broadcast) and adds the
 //! products into 16 int32 lanes, one per row (see `layout`). Per block each
 //! lane then holds its row's exact integer dot product, converted to f32 and
-//! folded in with the canonical fma sequence of `portable`.
+//! folded in with the canonical fma sequence of `portable`; for the K-quants
+//! the integer sums of a whole 256-column super-block are combined first.
 
 use std::arch::x86_64::*;
 
 use super::act::QuantActs;
 use super::ggml::QUANT_TYPES;
-use super::layout::{zero_point, GROUP};
+use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
 use super::matmul::Kernel;
 use super::portable::TCHUNK;
 use super::GgmlType;
@@ -49,8 +50,8 @@ pub(crate) unsafe fn run(
             GgmlType::Q5_0 => quant::<Q5_0>(k, acts, g0, g1, write),
             GgmlType::Q5_1 => quant::<Q5_1>(k, acts, g0, g1, write),
             GgmlType::Q8_0 => quant::<Q8_0>(k, acts, g0, g1, write),
-            GgmlType::Q4K => quant::<Q4K>(k, acts, g0, g1, write),
-            GgmlType::Q6K => quant::<Q6K>(k, acts, g0, g1, write),
+            GgmlType::Q4K => kquant::<Q4K>(k, acts, g0, g1, write),
+            GgmlType::Q6K => kquant::<Q6K>(k, acts, g0, g1, write),
             GgmlType::F32 | GgmlType::F16 => float(k, x, g0, g1, write),
             _ => unreachable!("{} is not a kernel type", k.ty),
         }
@@ -61,18 +62,82 @@ fn fmt_type(f: u8) -> GgmlType {
     QUANT_TYPES[f as usize]
 }
 
+/// Issue the software prefetch for block `b`: `PREFETCH_AHEAD` bytes ahead of
+/// this block's share of the group (groups are contiguous, so this runs into
+/// the next group). Hardware prefetch alone falls behind when a batch makes
+/// each block's compute long. Prefetches never fault, so any address is fine.
+#[inline(always)]
+fn prefetch_block(codes: *const u8, b: usize, bytes_per_block: usize) {
+    let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
+    let mut off = 0;
+    while off < bytes_per_block {
+        // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
+/// The 8 code vectors of block `b` (chunk `c` = columns 4c..4c+4 of each row,
+/// unsigned). Q5 high bits are added; Q6_K high bits are or-ed in.
+///
+/// # Safety
+/// AVX-512 F/BW; `codes`/`high` point at a group's planes holding block `b`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn load_codes<const F: u8>(codes: *const u8, high: *const u8, b: usize) -> [__m512i; 8] {
+    // SAFETY: offsets stay inside this group's planes, whose sizes
+    // `Planes::new` computed (codes: 256 or 512 bytes per block, high bits: 64
+    // or 128); loads are unaligned.
+    unsafe {
+        let nib = _mm512_set1_epi8(0x0F);
+        let mut w = [_mm512_setzero_si512(); 8];
+        if F == Q8_0 {
+            for (c, w) in w.iter_mut().enumerate() {
+                *w = _mm512_loadu_si512(codes.add(b * 512 + c * 64).cast());
+            }
+        } else {
+            for j in 0..4 {
+                let v = _mm512_loadu_si512(codes.add(b * 256 + j * 64).cast());
+                w[j] = _mm512_and_si512(v, nib);
+                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib);
+            }
+        }
+        if F == Q5_0 || F == Q5_1 {
+            let sixteen = _mm512_set1_epi8(16);
+            for (c, w) in w.iter_mut().enumerate() {
+                let m: __mmask64 = high.add(b * 64 + c * 8).cast::<u64>().read_unaligned();
+                *w = _mm512_mask_add_epi8(*w, m, *w, sixteen);
+            }
+        }
+        if F == Q6K {
+            let m30 = _mm512_set1_epi32(0x3030_3030);
+            for q in 0..2 {
+                let h = _mm512_loadu_si512(high.add(b * 128 + q * 64).cast());
+                let parts = [
+                    _mm512_slli_epi16::<4>(h),
+                    _mm512_slli_epi16::<2>(h),
+                    h,
+                    _mm512_srli_epi16::<2>(h),
+                ];
+                for (kk, part) in parts.into_iter().enumerate() {
+                    let c = 4 * q + kk;
+                    // w | (part & 0x30) in one instruction: truth table A | (B & C) = 0xF8.
+                    w[c] = _mm512_ternarylogic_epi32::<0xF8>(w[c], part, m30);
+                }
+            }
+        }
+        w
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
     let p = k.planes;
     let z = zero_point(fmt_type(F));
-    let has_min = matches!(F, Q4_1 | Q5_1 | Q4K);
+    let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc = [_mm512_setzero_ps(); TCHUNK];
     let mut res = [0f32; GROUP];
-    let nib = _mm512_set1_epi8(0x0F);
-    let m30 = _mm512_set1_epi8(0x30);
-    let sixteen = _mm512_set1_epi8(16);
-    let sign = _mm512_set1_epi32(i32::MIN);
     let bytes_per_block = p.group_bytes() / nb;
     for g in g0..g1 {
         let group = k.group(g);
@@ -85,120 +150,34 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 *a = _mm512_setzero_ps();
             }
             for b in 0..nb {
-                // Software prefetch PREFETCH_AHEAD bytes ahead of this block's
-                // share of the group (groups are contiguous, so this runs into
-                // the next group). Hardware prefetch alone falls behind when
-                // a batch makes each block's compute long.
-                let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
-                let mut off = 0;
-                while off < bytes_per_block {
-                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast());
-                    off += 64;
-                }
-                // SAFETY: every offset below stays inside this group's planes,
-                // whose sizes `Planes::new` computed for `nb` blocks (codes:
-                // 256 or 512 bytes per block, high bits: 64 or 128, scales: 32
-                // or 64 per block, 320 per super-block); loads are unaligned.
-                let mut w = [_mm512_setzero_si512(); 8];
-                if F == Q8_0 {
-                    for (c, w) in w.iter_mut().enumerate() {
-                        *w = _mm512_loadu_si512(codes.add(b * 512 + c * 64).cast());
-                    }
+                prefetch_block(codes, b, bytes_per_block);
+                // SAFETY: block b < nb lies in this group's planes; the scale
+                // plane holds 32 (or 64) bytes per block.
+                let w = unsafe { load_codes::<F>(codes, high, b) };
+                let (scale, min) = if F == Q4_1 || F == Q5_1 {
+                    (
+                        _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64).cast())),
+                        _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64 + 32).cast())),
+                    )
                 } else {
-                    for j in 0..4 {
-                        let v = _mm512_loadu_si512(codes.add(b * 256 + j * 64).cast());
-                        w[j] = _mm512_and_si512(v, nib);
-                        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib);
-                    }
-                }
-                if F == Q5_0 || F == Q5_1 {
-                    for (c, w) in w.iter_mut().enumerate() {
-                        let m: __mmask64 = high.add(b * 64 + c * 8).cast::<u64>().read_unaligned();
-                        *w = _mm512_mask_add_epi8(*w, m, *w, sixteen);
-                    }
-                }
-                if F == Q6K {
-                    for q in 0..2 {
-                        let h = _mm512_loadu_si512(high.add(b * 128 + q * 64).cast());
-                        let parts = [
-                            _mm512_slli_epi16::<4>(h),
-                            _mm512_slli_epi16::<2>(h),
-                            h,
-                            _mm512_srli_epi16::<2>(h),
-                        ];
-                        for (kk, part) in parts.into_iter().enumerate() {
-                            let c = 4 * q + kk;
-                            w[c] = _mm512_or_si512(w[c], _mm512_and_si512(part, m30));
-                        }
-                    }
-                }
-                // Per-row scale, additive minimum and Q6_K sub-scales.
-                let (scale, min, sub_lo, sub_hi);
-                match F {
-                    Q4_1 | Q5_1 => {
-                        scale = _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64).cast()));
-                        min = _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64 + 32).cast()));
-                        (sub_lo, sub_hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                    }
-                    Q4K => {
-                        let s = scales.add((b / 8) * 320);
-                        let j = b % 8;
-                        let d = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
-                        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast()));
-                        let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                            s.add(64 + j * 32).cast(),
-                        )));
-                        let mq = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                            s.add(80 + j * 32).cast(),
-                        )));
-                        scale = _mm512_mul_ps(d, sc);
-                        min = _mm512_castsi512_ps(_mm512_xor_si512(
-                            _mm512_castps_si512(_mm512_mul_ps(dmin, mq)),
-                            sign,
-                        ));
-                        (sub_lo, sub_hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                    }
-                    Q6K => {
-                        let s = scales.add((b / 8) * 320);
-                        let j = b % 8;
-                        scale = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
-                        min = _mm512_setzero_ps();
-                        sub_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(s.add(64 + j * 32).cast()));
-                        sub_hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(s.add(80 + j * 32).cast()));
-                    }
-                    _ => {
-                        scale = _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 32).cast()));
-                        min = _mm512_setzero_ps();
-                        (sub_lo, sub_hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                    }
-                }
+                    (
+                        _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 32).cast())),
+                        _mm512_setzero_ps(),
+                    )
+                };
                 for (dt, acc) in acc[..nt].iter_mut().enumerate() {
                     let blk = (t0 + dt) * nb + b;
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
                     let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
                     let s = *acts.sum.get_unchecked(blk);
                     let bc = |c: usize| _mm512_set1_epi32(a.add(c).read_unaligned());
-                    let isum = if F == Q6K {
-                        let s_lo = *acts.sum_lo.get_unchecked(blk);
-                        let mut lo = _mm512_set1_epi32(-32 * s_lo);
-                        let mut hi = _mm512_set1_epi32(-32 * (s - s_lo));
-                        for c in 0..4 {
-                            lo = _mm512_dpbusd_epi32(lo, w[c], bc(c));
-                            hi = _mm512_dpbusd_epi32(hi, w[c + 4], bc(c + 4));
-                        }
-                        _mm512_add_epi32(
-                            _mm512_mullo_epi32(lo, sub_lo),
-                            _mm512_mullo_epi32(hi, sub_hi),
-                        )
-                    } else {
-                        let mut i0 = _mm512_set1_epi32(-z * s);
-                        let mut i1 = _mm512_setzero_si512();
-                        for c in (0..8).step_by(2) {
-                            i0 = _mm512_dpbusd_epi32(i0, w[c], bc(c));
-                            i1 = _mm512_dpbusd_epi32(i1, w[c + 1], bc(c + 1));
-                        }
-                        _mm512_add_epi32(i0, i1)
-                    };
+                    let mut i0 = _mm512_set1_epi32(-z * s);
+                    let mut i1 = _mm512_setzero_si512();
+                    for c in (0..8).step_by(2) {
+                        i0 = _mm512_dpbusd_epi32(i0, w[c], bc(c));
+                        i1 = _mm512_dpbusd_epi32(i1, w[c + 1], bc(c + 1));
+                    }
+                    let isum = _mm512_add_epi32(i0, i1);
                     let da = _mm512_set1_ps(*acts.d.get_unchecked(blk));
                     *acc =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(scale, da), *acc);
@@ -208,6 +187,128 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                             _mm512_set1_ps(*acts.dsum.get_unchecked(blk)),
                             *acc,
                         );
+                    }
+                }
+            }
+            for (dt, acc) in acc[..nt].iter().enumerate() {
+                _mm512_storeu_ps(res.as_mut_ptr(), *acc);
+                write(t0 + dt, g, &res);
+            }
+        }
+    }
+}
+
+/// Two i32 code sums as one i32 holding two i16 (|sum| ≤ 32·127 fits).
+#[inline(always)]
+fn pack_i16x2(lo: i32, hi: i32) -> i32 {
+    ((lo as u32 & 0xFFFF) | ((hi as u32) << 16)) as i32
+}
+
+/// Q4_K / Q6_K: integer sums over each 256-column super-block (the
+/// sub-block scales are applied with `vpmulld` on the per-block dot
+/// products, Q4_K's mins with 4 `vpdpwssd`), one float step per super-block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
+    let nb = k.cols / 32;
+    let p = k.planes;
+    let mut acc = [_mm512_setzero_ps(); TCHUNK];
+    let mut isum = [_mm512_setzero_si512(); TCHUNK];
+    let mut res = [0f32; GROUP];
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let bytes_per_block = p.group_bytes() / nb;
+    for g in g0..g1 {
+        let group = k.group(g);
+        let codes = group.as_ptr();
+        let high = group[p.codes..].as_ptr();
+        let scales = group[p.codes + p.high..].as_ptr();
+        for t0 in (0..k.n_tokens).step_by(TCHUNK) {
+            let nt = TCHUNK.min(k.n_tokens - t0);
+            for a in &mut acc[..nt] {
+                *a = _mm512_setzero_ps();
+            }
+            for sb in 0..nb / 8 {
+                // SAFETY (this block): the scale plane holds 320 bytes per
+                // super-block (layout docs), the code planes block sb*8+j < nb;
+                // activation blocks (t0+dt)*nb + b < n_tokens*nb.
+                let s = scales.add(sb * 320);
+                for j in 0..8 {
+                    let b = sb * 8 + j;
+                    prefetch_block(codes, b, bytes_per_block);
+                    let w = load_codes::<F>(codes, high, b);
+                    let (sc_lo, sc_hi) = if F == Q4K {
+                        let sc =
+                            _mm512_cvtepu8_epi32(_mm_loadu_si128(s.add(Q4K_SC + 16 * j).cast()));
+                        (sc, sc)
+                    } else {
+                        let pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                            s.add(Q6K_SUB + 32 * j).cast(),
+                        ));
+                        (
+                            _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pair)),
+                            _mm512_srai_epi32::<16>(pair),
+                        )
+                    };
+                    for (dt, isum) in isum[..nt].iter_mut().enumerate() {
+                        let blk = (t0 + dt) * nb + b;
+                        let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
+                        let bc = |c: usize| _mm512_set1_epi32(a.add(c).read_unaligned());
+                        let (mut lo, mut hi) = if F == Q6K {
+                            let s_all = *acts.sum.get_unchecked(blk);
+                            let s_lo = *acts.sum_lo.get_unchecked(blk);
+                            (
+                                _mm512_set1_epi32(-32 * s_lo),
+                                _mm512_set1_epi32(-32 * (s_all - s_lo)),
+                            )
+                        } else {
+                            (_mm512_setzero_si512(), _mm512_setzero_si512())
+                        };
+                        for c in 0..4 {
+                            lo = _mm512_dpbusd_epi32(lo, w[c], bc(c));
+                            hi = _mm512_dpbusd_epi32(hi, w[c + 4], bc(c + 4));
+                        }
+                        let v = if F == Q4K {
+                            _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), sc_lo)
+                        } else {
+                            _mm512_add_epi32(
+                                _mm512_mullo_epi32(lo, sc_lo),
+                                _mm512_mullo_epi32(hi, sc_hi),
+                            )
+                        };
+                        // The first block starts the super-block's sums.
+                        *isum = if j == 0 {
+                            v
+                        } else {
+                            _mm512_add_epi32(*isum, v)
+                        };
+                    }
+                }
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
+                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast()));
+                let mut mq = [_mm512_setzero_si512(); 4];
+                if F == Q4K {
+                    for (pp, mq) in mq.iter_mut().enumerate() {
+                        *mq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                            s.add(Q4K_MQ + 32 * pp).cast(),
+                        ));
+                    }
+                }
+                for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                    let blk0 = (t0 + dt) * nb + sb * 8;
+                    let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
+                    let v = _mm512_cvtepi32_ps(isum[dt]);
+                    *acc = _mm512_fmadd_ps(v, _mm512_mul_ps(d, da), *acc);
+                    if F == Q4K {
+                        let sums = acts.sum.as_ptr().add(blk0);
+                        let mut m = _mm512_setzero_si512();
+                        for (pp, mq) in mq.iter().enumerate() {
+                            let pair = pack_i16x2(*sums.add(2 * pp), *sums.add(2 * pp + 1));
+                            m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(pair));
+                        }
+                        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+                            _mm512_castps_si512(_mm512_mul_ps(dmin, da)),
+                            sign,
+                        ));
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg, *acc);
                     }
                 }
             }
