@@ -1,16 +1,44 @@
-//! SmolLM2-135M on the QNN HTP emulator versus the CPU backend: logits of a prompt within
-//! the fp16 tolerance and teacher-forced greedy choices identical wherever the CPU's choice is not a near tie. Slow in emulation (about a
-//! minute with a cold context cache on 2 cores), so shapes are small: prefill chunks of 8
-//! tokens, single-token decode, 64 KV slots.
+//! SmolLM2-135M on the QNN HTP emulator against the exact reference (a scalar f64 forward
+//! pass over the same dequantized weights, `common::oracle`) and against the CPU backend,
+//! over several prompts, 16 greedy steps each.
+//!
+//! The CPU backend quantizes activations to int8 for its matmuls, so it is itself an
+//! approximation: measured on these prompts it is 2-3x farther from the exact logits than
+//! the fp16 QNN graphs are (docs/qnn.md, "Accuracy"). Tolerances are therefore stated
+//! against the exact reference, per backend.
+//!
+//! Teacher forcing: every backend is fed the CPU's own greedy tokens, so all see the same
+//! context; a step where QNN picks the CPU's token at every position up to it is exactly
+//! a step the free-running QNN generation reproduces, so the leading-agreement count is the
+//! free-running match length. QNN rows come from the 16-token graphs: the prompt, then the
+//! continuation as one token chain in a tree batch (logits of every row): two executions.
+//!
+//! Graphs are compiled without a disk cache (nothing is written); emulation is slow, so
+//! shapes are small: 2 blocks of 15 layers, 16-token graphs only, 64 KV slots.
 
 mod common;
-use common::qnn_available;
-use npu_runtime::backend::CpuBackend;
-use npu_runtime::qnn::{BinaryCache, BlockRunner, QnnBackend};
+use common::{oracle, qnn_available};
+use npu_runtime::backend::{Backend, CpuBackend};
+use npu_runtime::qnn::{BlockRunner, QnnBackend};
 use npu_runtime::session::{argmax, LoadOptions, Model};
+use std::sync::Arc;
 use std::time::Instant;
 
-fn smollm2() -> Option<std::sync::Arc<Model>> {
+const PROMPTS: [&str; 3] = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, there was a little",
+];
+/// Greedy steps per prompt (logit rows compared).
+const STEPS: usize = 16;
+/// Graph rows: a prompt in one execution, then the 15 continuation tokens in one tree.
+const CHUNK: usize = 16;
+/// Max |logit - exact| allowed, as a fraction of the prompt's largest |exact logit|.
+/// Measured: QNN 1.0-1.2 %, CPU 2.9-3.8 % (docs/qnn.md).
+const QNN_TOL: f64 = 0.015;
+const CPU_TOL: f64 = 0.045;
+
+fn smollm2() -> Option<Arc<Model>> {
     match npu_runtime::model_path::resolve("smollm2-135m") {
         Ok(p) => Some(Model::load(&p, &LoadOptions::default()).unwrap()),
         Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
@@ -23,108 +51,126 @@ fn smollm2() -> Option<std::sync::Arc<Model>> {
     }
 }
 
+/// Logit rows for positions `p - 1 .. seq.len() - 1` (each predicting the next token),
+/// teacher-forced with `seq`, `p` = prompt length.
+fn teacher_forced<B: Backend>(r: &mut BlockRunner<B>, seq: &[u32], p: usize) -> Vec<Vec<f32>> {
+    let (vocab, chunk) = (r.model().vocab_size(), CHUNK);
+    r.reset().unwrap();
+    let mut rows = vec![r.prefill(&seq[..p]).unwrap().to_vec()];
+    let mut pos = p;
+    while pos < seq.len() {
+        let n = (seq.len() - pos).min(chunk);
+        let parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
+        let l = r.forward_tree(&seq[pos..pos + n], &parents).unwrap();
+        rows.extend(l.chunks(vocab).map(<[f32]>::to_vec));
+        if pos + n < seq.len() {
+            r.prefill(&seq[pos..pos + n]).unwrap();
+        }
+        pos += n;
+    }
+    rows
+}
+
+fn top2(row: &[f64]) -> (usize, f64) {
+    let (mut a, mut b) = (0, usize::MAX);
+    for (i, &x) in row.iter().enumerate().skip(1) {
+        if x > row[a] {
+            (a, b) = (i, a);
+        } else if b == usize::MAX || x > row[b] {
+            b = i;
+        }
+    }
+    (a, row[a] - row[b])
+}
+
+fn max_diff(got: &[f32], want: &[f64]) -> f64 {
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (f64::from(*a) - b).abs())
+        .fold(0.0, f64::max)
+}
+
 #[test]
-fn smollm2_logits_and_confident_greedy_tokens_match_cpu() {
+fn smollm2_logits_and_greedy_tokens_match_the_exact_reference_and_cpu() {
     if !qnn_available() {
         return;
     }
     let Some(model) = smollm2() else { return };
-    let (chunk, cap, blocks) = (8, 64, 2);
-    let prompt = model
-        .tokenizer()
-        .encode("The capital of France is", false)
-        .unwrap();
+    let (cap, blocks) = (64, 2);
+    let vocab = model.vocab_size();
     let t0 = Instant::now();
-    let qb = QnnBackend::new(
-        model.clone(),
-        cap,
-        Some(BinaryCache::new(BinaryCache::default_dir())),
-    )
-    .unwrap();
-    let mut q = BlockRunner::new(qb, model.clone(), blocks, chunk, cap).unwrap();
+    let qb = QnnBackend::new(model.clone(), cap, None).unwrap();
+    let mut q = BlockRunner::prefill_only(qb, model.clone(), blocks, CHUNK, cap).unwrap();
     eprintln!("qnn compile+load: {:.1}s", t0.elapsed().as_secs_f64());
     let mut c = BlockRunner::new(
         CpuBackend::new(model.clone(), cap),
         model.clone(),
         blocks,
-        chunk,
+        CHUNK,
         cap,
     )
     .unwrap();
-
-    // Logits of the prompt: fp16 tolerance relative to the logit range.
-    let lq = q.prefill(&prompt).unwrap().to_vec();
-    let lc = c.prefill(&prompt).unwrap().to_vec();
-    let scale = lc.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let worst = lq
-        .iter()
-        .zip(&lc)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    eprintln!("prompt logits: max |qnn - cpu| = {worst:.3} (max |logit| {scale:.1})");
-    assert!(
-        worst <= 0.05 * scale,
-        "max |qnn - cpu| = {worst} vs logit scale {scale}"
-    );
-    assert_eq!(argmax(&lq), argmax(&lc));
-
-    // 16 greedy steps, teacher-forced with the CPU's token so both backends always see
-    // the same context. fp16 logits differ from the CPU's by up to ~0.8 here (see
-    // docs/qnn.md), so only steps whose CPU top-2 margin is at least MIN_MARGIN must agree;
-    // the others are counted and printed.
-    const MIN_MARGIN: f32 = 2.0 * 0.8;
-    let fresh_q = QnnBackend::new(
-        model.clone(),
-        cap,
-        Some(BinaryCache::new(BinaryCache::default_dir())),
-    )
-    .unwrap();
-    let mut q = BlockRunner::new(fresh_q, model.clone(), blocks, chunk, cap).unwrap();
-    let mut c = BlockRunner::new(
-        CpuBackend::new(model.clone(), cap),
-        model.clone(),
-        blocks,
-        chunk,
-        cap,
-    )
-    .unwrap();
-    let t1 = Instant::now();
-    let (mut tq, mut tc, mut margins) = (Vec::new(), Vec::new(), Vec::new());
-    let mut lq = q.prefill(&prompt).unwrap().to_vec();
-    let mut lc = c.prefill(&prompt).unwrap().to_vec();
-    for step in 0..16 {
-        let (a, b) = (argmax(&lq), argmax(&lc));
-        let mut s = lc.clone();
-        s.sort_by(|x, y| y.total_cmp(x));
-        margins.push(s[0] - s[1]);
-        tq.push(a);
-        tc.push(b);
-        if step < 15 {
-            lq = q.decode_step(b).unwrap().to_vec();
-            lc = c.decode_step(b).unwrap().to_vec();
+    let (mut t_qnn, mut t_oracle) = (0.0, 0.0);
+    for text in PROMPTS {
+        let prompt = model.tokenizer().encode(text, false).unwrap();
+        let p = prompt.len();
+        // The CPU's greedy continuation; its logits are teacher-forced by construction.
+        c.reset().unwrap();
+        let mut lc = vec![c.prefill(&prompt).unwrap().to_vec()];
+        let mut seq = prompt.clone();
+        for _ in 1..STEPS {
+            let t = argmax(lc.last().unwrap());
+            seq.push(t);
+            lc.push(c.decode_step(t).unwrap().to_vec());
         }
-    }
-    eprintln!(
-        "qnn prefill + 15 decode steps: {:.1}s",
-        t1.elapsed().as_secs_f64()
-    );
-    let text = |t: &[u32]| model.tokenizer().decode(t).unwrap_or_default();
-    let agree = tq.iter().zip(&tc).filter(|(a, b)| a == b).count();
-    eprintln!(
-        "cpu: {:?}\nqnn argmax: {:?}\nagree {agree}/16, cpu top-2 margins: {margins:.2?}",
-        text(&tc),
-        text(&tq)
-    );
-    let confident: Vec<usize> = (0..16).filter(|&i| margins[i] >= MIN_MARGIN).collect();
-    assert!(
-        confident.len() >= 4,
-        "too few confident steps: margins {margins:.2?}"
-    );
-    for &i in &confident {
-        assert_eq!(
-            tq[i], tc[i],
-            "step {i}: argmax differs at CPU margin {:.2}",
-            margins[i]
+        let t1 = Instant::now();
+        let lq = teacher_forced(&mut q, &seq, p);
+        t_qnn += t1.elapsed().as_secs_f64();
+        let t2 = Instant::now();
+        let exact = oracle::forward(&model, &seq);
+        t_oracle += t2.elapsed().as_secs_f64();
+        let exact: Vec<&[f64]> = exact.chunks(vocab).skip(p - 1).collect();
+        assert_eq!((lq.len(), lc.len(), exact.len()), (STEPS, STEPS, STEPS));
+
+        let scale = exact
+            .iter()
+            .flat_map(|r| r.iter())
+            .fold(0f64, |m, x| m.max(x.abs()));
+        let (mut dq, mut dc) = (0f64, 0f64);
+        let (mut q_exact, mut c_exact, mut q_cpu, mut lead) = (0, 0, 0, None);
+        for s in 0..STEPS {
+            let (best, margin) = top2(exact[s]);
+            let (aq, ac) = (argmax(&lq[s]) as usize, argmax(&lc[s]) as usize);
+            dq = dq.max(max_diff(&lq[s], exact[s]));
+            dc = dc.max(max_diff(&lc[s], exact[s]));
+            q_exact += usize::from(aq == best);
+            c_exact += usize::from(ac == best);
+            q_cpu += usize::from(aq == ac);
+            if aq != ac && lead.is_none() {
+                lead = Some(s);
+            }
+            // Beyond twice the error bound a choice cannot flip: QNN must pick the exact
+            // reference's token, and the CPU's wherever the CPU's own bound allows.
+            if margin > 2.0 * QNN_TOL * scale {
+                assert_eq!(aq, best, "{text:?} step {s}: exact margin {margin:.2}");
+            }
+            let lc64: Vec<f64> = lc[s].iter().map(|&x| f64::from(x)).collect();
+            let (_, cpu_margin) = top2(&lc64);
+            if cpu_margin > 2.0 * (QNN_TOL + CPU_TOL) * scale {
+                assert_eq!(aq, ac, "{text:?} step {s}: CPU margin {cpu_margin:.2}");
+            }
+        }
+        let lead = lead.unwrap_or(STEPS);
+        eprintln!(
+            "{text:?} -> {:?}\n  max |qnn - exact| {dq:.3} ({:.2}%), max |cpu - exact| {dc:.3} \
+             ({:.2}%), max |exact| {scale:.1}\n  argmax = exact: qnn {q_exact}/{STEPS}, cpu \
+             {c_exact}/{STEPS}; qnn = cpu {q_cpu}/{STEPS}, free-running match {lead}/{STEPS}",
+            model.tokenizer().decode(&seq[p..]).unwrap_or_default(),
+            100.0 * dq / scale,
+            100.0 * dc / scale,
         );
+        assert!(dq <= QNN_TOL * scale, "{text:?}: qnn error {dq:.3}");
+        assert!(dc <= CPU_TOL * scale, "{text:?}: cpu error {dc:.3}");
     }
+    eprintln!("qnn teacher-forced rows: {t_qnn:.1}s, exact reference: {t_oracle:.1}s");
 }

@@ -20,7 +20,8 @@ pub struct BlockRunner<B: Backend> {
     chunk: usize,
     /// Graphs of the prefill shape (`chunk` tokens), one per block.
     prefill: Vec<B::Graph>,
-    /// Graphs of the decode shape (1 token), one per block; empty when `chunk == 1`.
+    /// Graphs of the decode shape (1 token), one per block; empty when `chunk == 1` or
+    /// built with [`BlockRunner::prefill_only`].
     decode: Vec<B::Graph>,
     tokens: Vec<u32>,
     hidden: Vec<f32>,
@@ -36,6 +37,30 @@ impl<B: Backend> BlockRunner<B> {
         n_blocks: usize,
         chunk: usize,
         kv_capacity: usize,
+    ) -> Result<Self> {
+        Self::build(backend, model, n_blocks, chunk, kv_capacity, true)
+    }
+
+    /// Like [`BlockRunner::new`] without the single-token graphs: decode steps run on the
+    /// prefill graphs (one valid row, the rest padding). Half the compile work, for callers
+    /// that mostly prefill or verify token trees.
+    pub fn prefill_only(
+        backend: B,
+        model: Arc<Model>,
+        n_blocks: usize,
+        chunk: usize,
+        kv_capacity: usize,
+    ) -> Result<Self> {
+        Self::build(backend, model, n_blocks, chunk, kv_capacity, false)
+    }
+
+    fn build(
+        backend: B,
+        model: Arc<Model>,
+        n_blocks: usize,
+        chunk: usize,
+        kv_capacity: usize,
+        decode_graphs: bool,
     ) -> Result<Self> {
         let c = model.config().clone();
         if chunk == 0 || chunk > kv_capacity || kv_capacity > c.ctx_len {
@@ -55,7 +80,11 @@ impl<B: Backend> BlockRunner<B> {
             Ok(v)
         };
         let prefill = make(chunk)?;
-        let decode = if chunk == 1 { Vec::new() } else { make(1)? };
+        let decode = if chunk == 1 || !decode_graphs {
+            Vec::new()
+        } else {
+            make(1)?
+        };
         Ok(BlockRunner {
             kv: KvCache::new(c.n_layer, c.n_head_kv, c.head_dim, kv_capacity),
             mask: BatchMask::new(chunk),

@@ -212,6 +212,47 @@ pub union HtpDevicePayload {
     pub _reserve: [u64; 3],
 }
 
+/// `QnnGraph_Config_t.option` for a backend-specific config.
+pub const GRAPH_CONFIG_OPTION_CUSTOM: u32 = 0;
+/// `QnnHtpGraph_ConfigOption_t` values we use.
+pub const HTP_GRAPH_CONFIG_OPTION_OPTIMIZATION: u32 = 1;
+pub const HTP_GRAPH_CONFIG_OPTION_PRECISION: u32 = 2;
+/// `QnnHtpGraph_OptimizationType_t`: the finalize optimization level (1..3).
+pub const HTP_GRAPH_OPTIMIZATION_FINALIZE_FLAG: u32 = 3;
+/// `Qnn_Precision_t`.
+pub const PRECISION_FLOAT32: u32 = 0;
+pub const PRECISION_FLOAT16: u32 = 1;
+
+/// `QnnGraph_Config_t`: option plus a pointer-sized union (custom config pointer).
+#[repr(C)]
+pub struct GraphConfig {
+    pub option: u32,
+    pub custom: *const c_void,
+}
+
+/// `QnnHtpGraph_CustomConfig_t`: option plus a union whose largest members are 64-bit, so
+/// the payload sits at offset 8. The reserve covers the larger members of newer builds
+/// (the library only reads the member its option names).
+#[repr(C)]
+pub struct HtpGraphCustomConfig {
+    pub option: u32,
+    pub payload: HtpGraphPayload,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct HtpOptimization {
+    pub kind: u32,
+    pub value: f32,
+}
+
+#[repr(C)]
+pub union HtpGraphPayload {
+    pub precision: u32,
+    pub optimization: HtpOptimization,
+    pub _reserve: [u64; 4],
+}
+
 type Cfg = *const *const c_void;
 
 /// The core function table, declared up to `deviceFree`; later slots exist in the
@@ -388,6 +429,9 @@ mod tests {
     fn device_config_layout() {
         assert_eq!(offset_of!(DeviceConfig, custom), 8);
         assert_eq!(offset_of!(HtpDeviceCustomConfig, payload), 8);
+        assert_eq!(offset_of!(GraphConfig, custom), 8);
+        assert_eq!(offset_of!(HtpGraphCustomConfig, payload), 8);
+        assert_eq!(size_of::<HtpOptimization>(), 8);
     }
 
     #[test]

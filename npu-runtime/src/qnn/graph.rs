@@ -53,6 +53,22 @@ impl DType {
     }
 }
 
+/// `Qnn_Precision_t` for the HTP graph precision setting: with `Float16` the HTP runs
+/// fp32 graph tensors in fp16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    Float32,
+    Float16,
+}
+
+/// HTP graph settings passed to `graphCreate` (`None`: the library's default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GraphOptions {
+    pub precision: Option<Precision>,
+    /// Finalize optimization level, 1 (fast prepare) ..= 3.
+    pub optimization: Option<u8>,
+}
+
 /// An application input or output of a finalized graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IoTensor {
@@ -153,22 +169,67 @@ impl Context {
         Ok(buf)
     }
 
-    /// Starts a new graph in this context.
+    /// Starts a new graph in this context with the library's default graph settings.
     pub fn build(&self, name: &str) -> QnnResult<GraphBuilder<'_>> {
+        self.build_with(name, GraphOptions::default())
+    }
+
+    /// Starts a new graph with HTP graph settings (precision, finalize optimization).
+    pub fn build_with(&self, name: &str, opts: GraphOptions) -> QnnResult<GraphBuilder<'_>> {
         let f = self
             .rt
             .table()
             .graph_create
             .ok_or_else(|| missing("graphCreate"))?;
         let cname = cstring(name)?;
+        let mut customs = Vec::new();
+        if let Some(p) = opts.precision {
+            customs.push(ffi::HtpGraphCustomConfig {
+                option: ffi::HTP_GRAPH_CONFIG_OPTION_PRECISION,
+                payload: ffi::HtpGraphPayload {
+                    precision: match p {
+                        Precision::Float32 => ffi::PRECISION_FLOAT32,
+                        Precision::Float16 => ffi::PRECISION_FLOAT16,
+                    },
+                },
+            });
+        }
+        if let Some(level) = opts.optimization {
+            customs.push(ffi::HtpGraphCustomConfig {
+                option: ffi::HTP_GRAPH_CONFIG_OPTION_OPTIMIZATION,
+                payload: ffi::HtpGraphPayload {
+                    optimization: ffi::HtpOptimization {
+                        kind: ffi::HTP_GRAPH_OPTIMIZATION_FINALIZE_FLAG,
+                        value: f32::from(level),
+                    },
+                },
+            });
+        }
+        let configs: Vec<ffi::GraphConfig> = customs
+            .iter()
+            .map(|c| ffi::GraphConfig {
+                option: ffi::GRAPH_CONFIG_OPTION_CUSTOM,
+                custom: c as *const _ as *const c_void,
+            })
+            .collect();
+        let mut list: Vec<*const c_void> = configs
+            .iter()
+            .map(|c| c as *const _ as *const c_void)
+            .collect();
+        list.push(std::ptr::null());
+        let cfg = if configs.is_empty() {
+            std::ptr::null()
+        } else {
+            list.as_ptr()
+        };
         let mut handle: Handle = std::ptr::null_mut();
         let _g = self.rt.lock();
-        // SAFETY: valid context, NUL-terminated name, null config, out-pointer.
+        // SAFETY: valid context, NUL-terminated name, a null-terminated config list (or
+        // null) whose entries point into `configs`/`customs`, alive for the call;
+        // out-pointer.
         check(
             "graphCreate",
-            with_stdout_silenced(|| unsafe {
-                f(self.handle, cname.as_ptr(), std::ptr::null(), &mut handle)
-            }),
+            with_stdout_silenced(|| unsafe { f(self.handle, cname.as_ptr(), cfg, &mut handle) }),
         )?;
         Ok(GraphBuilder {
             ctx: self,

@@ -1,4 +1,7 @@
 //! Shared by the QNN integration tests.
+#![allow(dead_code)]
+
+pub mod oracle;
 
 use npu_runtime::qnn;
 

@@ -1,0 +1,128 @@
+//! A scalar f64 forward pass of a llama/qwen2 model: the exact reference both the CPU
+//! backend (int8-quantized activations) and the QNN graphs (fp16) are measured against.
+//! Weights are the GGUF tensors dequantized to f32 (`QMatrix::dequantize_row`, ggml's
+//! arithmetic); everything after that is f64 with no intermediate rounding. Causal
+//! attention over the whole sequence at once, no KV cache: slow but independent of both
+//! backends' code paths.
+
+use graphs::config::RopeStyle;
+use npu_runtime::kernels::QMatrix;
+use npu_runtime::session::Model;
+
+/// `x [n, cols] -> [n, rows]` in f64 with the dequantized weight rows.
+fn linear(w: &QMatrix, x: &[f64], n: usize, bias: Option<&[f32]>) -> Vec<f64> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let mut row = vec![0f32; cols];
+    let mut out = vec![0f64; n * rows];
+    for r in 0..rows {
+        w.dequantize_row(r, &mut row);
+        let b = bias.map_or(0.0, |b| f64::from(b[r]));
+        for t in 0..n {
+            let xr = &x[t * cols..(t + 1) * cols];
+            out[t * rows + r] = b + row
+                .iter()
+                .zip(xr)
+                .map(|(a, x)| f64::from(*a) * x)
+                .sum::<f64>();
+        }
+    }
+    out
+}
+
+fn rms_norm(x: &[f64], w: &[f32], eps: f32) -> Vec<f64> {
+    let d = w.len();
+    let mut out = vec![0f64; x.len()];
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let ms = xr.iter().map(|v| v * v).sum::<f64>() / d as f64;
+        let s = 1.0 / (ms + f64::from(eps)).sqrt();
+        for ((o, v), w) in or.iter_mut().zip(xr).zip(w) {
+            *o = v * s * f64::from(*w);
+        }
+    }
+    out
+}
+
+/// RoPE in place on `x [n, heads * d]`, row t at position t.
+fn rope(x: &mut [f64], n: usize, heads: usize, d: usize, theta: f32, style: RopeStyle) {
+    for t in 0..n {
+        for h in 0..heads {
+            let v = &mut x[(t * heads + h) * d..(t * heads + h + 1) * d];
+            for i in 0..d / 2 {
+                let inv = f64::from(theta).powf(-2.0 * i as f64 / d as f64);
+                let (s, c) = (t as f64 * inv).sin_cos();
+                let (a, b) = match style {
+                    RopeStyle::Normal => (2 * i, 2 * i + 1),
+                    RopeStyle::Neox => (i, i + d / 2),
+                };
+                let (x0, x1) = (v[a], v[b]);
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/// Logits `[tokens.len(), vocab]` of a causal forward pass over `tokens` from position 0.
+pub fn forward(model: &Model, tokens: &[u32]) -> Vec<f64> {
+    let c = model.config();
+    let w = model.weights();
+    let (n, e, d) = (tokens.len(), c.n_embd, c.head_dim);
+    let (nh, nkv) = (c.n_head, c.n_head_kv);
+    let group = nh / nkv;
+    let mut row = vec![0f32; e];
+    let mut x = Vec::with_capacity(n * e);
+    for &t in tokens {
+        w.token_embd.dequantize_row(t as usize, &mut row);
+        x.extend(row.iter().map(|&v| f64::from(v)));
+    }
+    let scale = 1.0 / (d as f64).sqrt();
+    for lw in &w.layers {
+        let xn = rms_norm(&x, &lw.attn_norm, c.rms_eps);
+        let mut q = linear(&lw.wq, &xn, n, lw.bq.as_deref());
+        let mut k = linear(&lw.wk, &xn, n, lw.bk.as_deref());
+        let v = linear(&lw.wv, &xn, n, lw.bv.as_deref());
+        rope(&mut q, n, nh, d, c.rope_theta, c.rope_style);
+        rope(&mut k, n, nkv, d, c.rope_theta, c.rope_style);
+        let mut att = vec![0f64; n * nh * d];
+        let mut p = vec![0f64; n];
+        for t in 0..n {
+            for h in 0..nh {
+                let kh = h / group;
+                let qv = &q[(t * nh + h) * d..(t * nh + h + 1) * d];
+                for (j, pj) in p.iter_mut().enumerate().take(t + 1) {
+                    let kv = &k[(j * nkv + kh) * d..(j * nkv + kh + 1) * d];
+                    *pj = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f64>() * scale;
+                }
+                let m = p[..=t].iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+                let z: f64 = p[..=t]
+                    .iter_mut()
+                    .map(|s| {
+                        *s = (*s - m).exp();
+                        *s
+                    })
+                    .sum();
+                let o = &mut att[(t * nh + h) * d..(t * nh + h + 1) * d];
+                for (j, pj) in p.iter().enumerate().take(t + 1) {
+                    let vv = &v[(j * nkv + kh) * d..(j * nkv + kh + 1) * d];
+                    for (oi, vi) in o.iter_mut().zip(vv) {
+                        *oi += pj / z * vi;
+                    }
+                }
+            }
+        }
+        let o = linear(&lw.wo, &att, n, None);
+        x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        let xn = rms_norm(&x, &lw.ffn_norm, c.rms_eps);
+        let gate = linear(&lw.w_gate, &xn, n, None);
+        let up = linear(&lw.w_up, &xn, n, None);
+        let m: Vec<f64> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        let down = linear(&lw.w_down, &m, n, None);
+        x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+    }
+    let xf = rms_norm(&x, &w.output_norm, c.rms_eps);
+    linear(w.lm_head(), &xf, n, None)
+}
