@@ -49,6 +49,9 @@ pub fn run(a: Args) -> Result<()> {
     opts.dense = dense;
     opts.threads = a.threads;
     opts.spec = spec;
+    // The model load (the largest part of time to first token) overlaps the embedder load,
+    // index opening and retrieval.
+    opts.preload_model = true;
     let assistant = Assistant::open(opts)?;
     if !a.corpus.is_empty() {
         let bar = crate::cmd_index::progress_bar();

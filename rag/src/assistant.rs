@@ -34,6 +34,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// How to open an [`Assistant`].
@@ -52,6 +53,10 @@ pub struct AssistantOptions {
     pub spec: Mode,
     /// Bound of the persistent token database used for drafting.
     pub token_db_max_tokens: usize,
+    /// Start loading the generation model on a background thread in [`Assistant::open`], so
+    /// the load overlaps the embedder load, index opening and retrieval (a CLI that asks at
+    /// once). Off by default: retrieval-only callers never pay for the model.
+    pub preload_model: bool,
 }
 
 impl AssistantOptions {
@@ -64,6 +69,7 @@ impl AssistantOptions {
             kv_capacity: 4096,
             spec: Mode::Sdnpu,
             token_db_max_tokens: specdec::tokendb::DEFAULT_MAX_TOKENS,
+            preload_model: false,
         }
     }
 }
@@ -195,11 +201,28 @@ pub struct Assistant {
     index: Index,
     llm: OnceLock<Arc<Llm>>,
     llm_init: Mutex<()>,
+    /// The background model load started by `open` when `preload_model` is set; joined by
+    /// the first use of the model.
+    preloading: Mutex<Option<JoinHandle<Result<LoadedModel>>>>,
+}
+
+/// A generation model and the file it came from.
+type LoadedModel = (PathBuf, Arc<Model>);
+
+/// Resolve (fetching on first use) and load the generation model.
+fn load_model_file(name: &str, threads: usize) -> Result<LoadedModel> {
+    let path = models::ensure(name)?;
+    let model = Model::load(&path, &LoadOptions { threads })?;
+    Ok((path, model))
 }
 
 impl Assistant {
     /// Open (or create) the index; the LLM is loaded on the first question.
     pub fn open(opts: AssistantOptions) -> Result<Self> {
+        let preloading = opts.preload_model.then(|| {
+            let (name, threads) = (opts.model.clone(), opts.threads);
+            std::thread::spawn(move || load_model_file(&name, threads))
+        });
         let embedder: Option<Arc<dyn Embedder>> = if opts.dense {
             let dir = models::ensure(models::DEFAULT_EMBEDDER)?;
             Some(Arc::new(MiniLmEmbedder::load_configured(&dir)?))
@@ -213,6 +236,7 @@ impl Assistant {
             index,
             llm: OnceLock::new(),
             llm_init: Mutex::new(()),
+            preloading: Mutex::new(preloading),
         })
     }
 
@@ -365,13 +389,17 @@ impl Assistant {
     }
 
     fn load_llm(&self) -> Result<Llm> {
-        let path = models::ensure(&self.opts.model)?;
-        let model = Model::load(
-            &path,
-            &LoadOptions {
-                threads: self.opts.threads,
-            },
-        )?;
+        let pending = self
+            .preloading
+            .lock()
+            .map_err(|_| anyhow!("model preloader poisoned"))?
+            .take();
+        let (path, model) = match pending {
+            Some(handle) => handle
+                .join()
+                .map_err(|_| anyhow!("the model loading thread panicked"))??,
+            None => load_model_file(&self.opts.model, self.opts.threads)?,
+        };
         if let Some(w) = model.chat_template().warning() {
             tracing::warn!("{w}");
         }

@@ -63,6 +63,36 @@ fn ask_streams_the_answer_it_returns_and_is_deterministic() {
 }
 
 #[test]
+fn preloading_the_model_gives_the_same_answer() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let q = "How do I do a factory reset of the Kestrel K2 console?";
+    let lazy = assistant(dir.path())
+        .ask(q, &ask_opts(12), &mut |_| true)
+        .unwrap();
+    let mut opts = AssistantOptions::new(dir.path());
+    opts.model = "smollm2-135m".into();
+    opts.dense = false;
+    opts.threads = 2;
+    opts.kv_capacity = 2048;
+    opts.preload_model = true;
+    let a = Assistant::open(opts).unwrap();
+    let eager = a.ask(q, &ask_opts(12), &mut |_| true).unwrap();
+    assert_eq!(eager.answer, lazy.answer);
+    assert_eq!(eager.tokens_generated, lazy.tokens_generated);
+    // A model that does not exist fails at the first question, with its name.
+    let mut opts = AssistantOptions::new(dir.path());
+    opts.model = dir.path().join("missing.gguf").display().to_string();
+    opts.dense = false;
+    opts.preload_model = true;
+    let a = Assistant::open(opts).unwrap();
+    let err = a.ask(q, &ask_opts(4), &mut |_| true).unwrap_err();
+    assert!(format!("{err:#}").contains("missing.gguf"), "{err:#}");
+}
+
+#[test]
 fn returning_false_or_cancelling_stops_early() {
     if !model_available() {
         return;
