@@ -395,7 +395,18 @@ fn synth_corpus(dir: &Path, vocab_from: &[PathBuf], chunks: usize) -> Result<usi
     Ok(files_needed * 10)
 }
 
+/// The 1-minute load average (Linux), to tell a shared machine's figures from a quiet one's.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
+    let load_start = load_average();
     let embedder = crate::cmd_index::load_embedder(a.no_dense)?;
     let dense = embedder.is_some();
     let tmp = index_dir(a, &format!("scale{n}"));
@@ -424,6 +435,7 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
         lat.sort_by(f64::total_cmp);
         lat_rows.push((name, percentile(&lat, 0.5), percentile(&lat, 0.99)));
     }
+    let load_end = load_average();
     let mut body = String::new();
     writeln!(
         body,
@@ -434,6 +446,14 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
         summary.chunks_total,
         if dense { crate::cmd_index::embedder_label() } else { "none (--no-dense: BM25 only)".into() }
     )?;
+    if let (Some(s), Some(e)) = (load_start, load_end) {
+        writeln!(
+            body,
+            "Load average (1 min) at the start / end of the run: {s:.1} / {e:.1} on {} hardware threads{}.\n",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            if s.max(e) >= 1.5 { " (a loaded machine: other jobs ran beside this one)" } else { "" }
+        )?;
+    }
     writeln!(body, "| chunks | index total (s) | walk+parse+chunk+store+BM25 (s) | embed (s) | throughput (chunks/s, end to end) | no-op re-run (s) |")?;
     writeln!(body, "|---|---|---|---|---|---|")?;
     writeln!(
