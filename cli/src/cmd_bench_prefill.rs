@@ -434,6 +434,9 @@ fn load_model(args: &Args) -> anyhow::Result<std::sync::Arc<npu_runtime::session
     )?)
 }
 
+/// An executor and its layout (blocks, chunk tokens).
+type Built<B> = ((usize, usize), GraphExecutor<B>);
+
 type MakeExec<'a, B> = dyn Fn(usize, usize, usize, usize) -> anyhow::Result<GraphExecutor<B>> + 'a;
 
 /// Real execution: warm-up profiles (cached per model, backend, machine and layout), the
@@ -481,7 +484,7 @@ where
         .collect();
     let warmup_reps = args.warmup_reps.unwrap_or(d.warmup_reps).max(1);
     // The executor last built, kept for the run when its layout is the one chosen.
-    let built: RefCell<Option<((usize, usize), GraphExecutor<B>)>> = RefCell::new(None);
+    let built: RefCell<Option<Built<B>>> = RefCell::new(None);
     let exec_for = |n: usize, c: usize| -> anyhow::Result<()> {
         if built.borrow().as_ref().is_none_or(|(l, _)| *l != (n, c)) {
             *built.borrow_mut() = None; // free the old graphs first

@@ -343,8 +343,9 @@ fn solve_normal<const K: usize>(rows: &[([f64; K], f64)]) -> Option<[f64; K]> {
         b.swap(col, piv);
         for r in col + 1..K {
             let f = a[r][col] / a[col][col];
-            for j in col..K {
-                a[r][j] -= f * a[col][j];
+            let prow = a[col];
+            for (x, p) in a[r][col..].iter_mut().zip(&prow[col..]) {
+                *x -= f * p;
             }
             b[r] -= f * b[col];
         }
