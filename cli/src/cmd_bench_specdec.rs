@@ -68,6 +68,10 @@ pub struct Args {
     /// between it and the raw-text-only base arm).
     #[arg(long)]
     single_arm: bool,
+    /// Calibrate only the last N prompt positions (default: all); the prompt
+    /// head is prefilled without top-k rows.
+    #[arg(long)]
+    calib_window: Option<usize>,
     /// Output of specdec/bench/llamacpp_lookup.py on the same prompts (same
     /// --prompt-tokens), run just before: adds llama.cpp's speeds and the ratio of
     /// every mode to llama.cpp's lookup decoding.
@@ -282,6 +286,7 @@ pub fn run(args: Args) -> Result<()> {
                 fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
                 learned_ranking: !args.heuristic_ranking,
                 arm_choice: !args.single_arm,
+                calib_window: args.calib_window.unwrap_or(usize::MAX),
                 ..Default::default()
             };
             let sam = db

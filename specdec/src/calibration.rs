@@ -14,6 +14,8 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, Default)]
 pub struct Calibration {
     k: usize,
+    /// First prompt position with a top-k row.
+    start: usize,
     prompt: Vec<u32>,
     ids: Vec<u32>,
     /// Probability of each successor within its row's top-k (softmax over the
@@ -32,6 +34,7 @@ pub type ChainSink<'a> = dyn FnMut(&[u32], &[f32]) + 'a;
 impl Calibration {
     pub fn clear(&mut self) {
         self.k = 0;
+        self.start = 0;
         self.prompt.clear();
         self.ids.clear();
         self.probs.clear();
@@ -46,18 +49,26 @@ impl Calibration {
         self.prompt.len()
     }
 
-    /// Build from the prompt and the prefill's per-position top-k. Rows that are
-    /// missing or malformed leave calibration off rather than guessing.
+    /// Whether prompt position `pos` has top-k successors.
+    pub fn covers(&self, pos: usize) -> bool {
+        pos >= self.start && pos < self.prompt.len()
+    }
+
+    /// Build from the prompt and the prefill's per-position top-k (rows for prompt
+    /// positions `pre.topk_start..`). Rows that are missing or malformed leave
+    /// calibration off rather than guessing.
     pub fn build(&mut self, prompt: &[u32], pre: &PrefillOut) {
         self.clear();
         let k = pre.k;
         if k == 0
-            || pre.topk_ids.len() != prompt.len() * k
+            || pre.topk_start >= prompt.len()
+            || pre.topk_ids.len() != (prompt.len() - pre.topk_start) * k
             || pre.topk_logits.len() != pre.topk_ids.len()
         {
             return;
         }
         self.k = k;
+        self.start = pre.topk_start;
         self.prompt.extend_from_slice(prompt);
         self.ids.extend_from_slice(&pre.topk_ids);
         self.probs.reserve(pre.topk_logits.len());
@@ -74,9 +85,9 @@ impl Calibration {
         }
     }
 
-    /// Model-preferred successors after prompt position `pos`.
+    /// Model-preferred successors after prompt position `pos` (which `covers`).
     pub fn successors(&self, pos: usize) -> (&[u32], &[f32]) {
-        let r = pos * self.k..(pos + 1) * self.k;
+        let r = (pos - self.start) * self.k..(pos - self.start + 1) * self.k;
         (&self.ids[r.clone()], &self.probs[r])
     }
 
@@ -104,7 +115,7 @@ impl Calibration {
     /// chains: `branch[d]` alternatives at depth d (1 beyond the listed depths),
     /// at most `depth` tokens per chain.
     pub fn chains(&mut self, pos: usize, branch: &[usize], depth: usize, sink: &mut ChainSink<'_>) {
-        if self.is_empty() || pos >= self.prompt.len() || depth == 0 {
+        if self.is_empty() || !self.covers(pos) || depth == 0 {
             return;
         }
         let mut toks = std::mem::take(&mut self.scratch_toks);
@@ -139,7 +150,9 @@ impl Calibration {
             probs.push(p);
             expanded = true;
             match self.locate(t, pos) {
-                Some(q) if toks.len() < depth => self.dfs(q, branch, depth, toks, probs, sink),
+                Some(q) if toks.len() < depth && self.covers(q) => {
+                    self.dfs(q, branch, depth, toks, probs, sink)
+                }
                 _ => sink(toks, probs),
             }
             toks.pop();
@@ -212,5 +225,28 @@ mod tests {
         chains.clear();
         c.chains(0, &[1], 5, &mut |t, _| chains.push(t.to_vec()));
         assert!(chains.is_empty());
+    }
+
+    #[test]
+    fn window_covers_only_the_tail() {
+        // Rows only for positions 6..10 (topk_start = 6): earlier positions are not
+        // calibrated, and a chain stops instead of jumping before the window.
+        let prompt = [1u32, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        let mut p = pre(4, 1, |i| vec![[8, 5, 10, 11][i]]);
+        p.topk_start = 6;
+        let mut c = Calibration::default();
+        c.build(&prompt, &p);
+        assert!(!c.covers(5) && c.covers(6) && c.covers(9));
+        let mut chains = Vec::new();
+        c.chains(2, &[1], 5, &mut |t, _| chains.push(t.to_vec()));
+        assert!(chains.is_empty());
+        // After position 6 the model prefers 8 (at position 7), whose successor 5
+        // lies at position 4, outside the window: the chain ends there.
+        c.chains(6, &[1], 5, &mut |t, _| chains.push(t.to_vec()));
+        assert_eq!(chains, vec![vec![8, 5]]);
+        // Rows that do not match the window length disable calibration.
+        p.topk_start = 5;
+        c.build(&prompt, &p);
+        assert!(c.is_empty());
     }
 }

@@ -79,6 +79,10 @@ pub trait Drafter {
     fn prefill_topk(&self) -> usize {
         0
     }
+    /// The top-k rows are wanted for (at least) the last this many prompt positions.
+    fn prefill_window(&self) -> usize {
+        usize::MAX
+    }
     /// New generation: the prompt and what prefill computed.
     fn begin(&mut self, prompt: &[u32], pre: &PrefillOut);
     /// Add candidates below the root of `tree` (the last token of `ctx`).
@@ -149,6 +153,10 @@ pub struct SamConfig {
     pub ext_lifetime: u64,
     pub ext_min_len: usize,
     pub ext_max_total: usize,
+    /// Calibrate only the last this many prompt positions (`usize::MAX`: all). The
+    /// top-k needs the full-vocabulary logits of every calibrated position, which
+    /// is most of calibration's prefill cost.
+    pub calib_window: usize,
 }
 
 impl SamConfig {
@@ -162,6 +170,7 @@ impl SamConfig {
             ext_lifetime: 4,
             ext_min_len: 2,
             ext_max_total: 32,
+            calib_window: usize::MAX,
         }
     }
 }
@@ -253,6 +262,10 @@ impl Drafter for SamDrafter {
         }
     }
 
+    fn prefill_window(&self) -> usize {
+        self.cfg.calib_window
+    }
+
     fn begin(&mut self, prompt: &[u32], pre: &PrefillOut) {
         self.own.clear();
         self.own.extend(prompt);
@@ -313,7 +326,7 @@ impl Drafter for SamDrafter {
         // Calibrated trees from the prompt positions of the own matches.
         if self.cfg.calibration {
             for &(len, end) in &own[..n_own] {
-                if end >= self.calib.prompt_len() {
+                if end >= self.calib.prompt_len() || !self.calib.covers(end) {
                     continue;
                 }
                 let cb = (match_confidence(len) * 1.1).min(0.95);
@@ -395,9 +408,24 @@ impl Drafter for SamDrafter {
 
 /// Build the drafter for a mode; `db` is the database automaton shared by runs.
 pub fn make_drafter(mode: Mode, db: Option<Arc<SuffixAutomaton>>) -> Box<dyn Drafter + Send> {
+    make_drafter_windowed(mode, db, usize::MAX)
+}
+
+/// [`make_drafter`] calibrating only the last `calib_window` prompt positions.
+pub fn make_drafter_windowed(
+    mode: Mode,
+    db: Option<Arc<SuffixAutomaton>>,
+    calib_window: usize,
+) -> Box<dyn Drafter + Send> {
     match mode {
         Mode::None => Box::new(NoDrafter),
         Mode::Pld => Box::new(PldDrafter),
-        _ => Box::new(SamDrafter::new(SamConfig::for_mode(mode), db)),
+        _ => Box::new(SamDrafter::new(
+            SamConfig {
+                calib_window,
+                ..SamConfig::for_mode(mode)
+            },
+            db,
+        )),
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::accept_model::AcceptModel;
 use crate::budget::{bucket_of, BudgetController, CostCurve, DEFAULT_SIZES};
-use crate::drafter::{make_drafter, Drafter, Feedback, Mode};
+use crate::drafter::{make_drafter_windowed, Drafter, Feedback, Mode};
 use crate::metrics::{Metrics, StopReason};
 use crate::sam::SuffixAutomaton;
 use crate::target::{PrefillOut, Target};
@@ -33,6 +33,8 @@ pub struct GenConfig {
     /// Also consider the base arm (raw-text sources only) each step and verify it
     /// when it promises more (else always the tree of every source).
     pub arm_choice: bool,
+    /// Calibrate only the last this many prompt positions (`usize::MAX`: all).
+    pub calib_window: usize,
 }
 
 impl Default for GenConfig {
@@ -46,6 +48,7 @@ impl Default for GenConfig {
             profile_reps: 3,
             learned_ranking: true,
             arm_choice: true,
+            calib_window: usize::MAX,
         }
     }
 }
@@ -84,7 +87,8 @@ const MAX_PENDING_EVALS: usize = 8;
 
 impl Generator {
     pub fn new(mode: Mode, db: Option<Arc<SuffixAutomaton>>, cfg: GenConfig) -> Self {
-        Self::with_drafter(mode, make_drafter(mode, db), cfg)
+        let drafter = make_drafter_windowed(mode, db, cfg.calib_window);
+        Self::with_drafter(mode, drafter, cfg)
     }
 
     pub fn with_drafter(mode: Mode, drafter: Box<dyn Drafter + Send>, cfg: GenConfig) -> Self {
@@ -115,7 +119,7 @@ impl Generator {
     /// Swap the token database (e.g. after a finished interaction was added);
     /// the budget controller keeps what it learned.
     pub fn set_database(&mut self, db: Option<Arc<SuffixAutomaton>>) {
-        self.drafter = make_drafter(self.mode, db);
+        self.drafter = make_drafter_windowed(self.mode, db, self.cfg.calib_window);
     }
 
     pub fn mode(&self) -> Mode {
@@ -167,7 +171,22 @@ impl Generator {
             return Err(SpecError::Config("empty prompt".into()));
         }
         let t = Instant::now();
-        target.prefill(prompt, self.drafter.prefill_topk(), &mut self.pre)?;
+        let topk = self.drafter.prefill_topk();
+        // Top-k rows cost a full-vocabulary logit row each: when the drafter wants
+        // them only for a window at the end, prefill the head without (split at a
+        // multiple of the target's prefill run, so the forward passes are the same).
+        let chunk = target.prefill_chunk();
+        let window = self.drafter.prefill_window();
+        let split = if topk > 0 && chunk > 0 && window < prompt.len() {
+            (prompt.len() - window) / chunk * chunk
+        } else {
+            0
+        };
+        if split > 0 {
+            target.prefill(&prompt[..split], 0, &mut self.pre)?;
+        }
+        target.prefill(&prompt[split..], topk, &mut self.pre)?;
+        self.pre.topk_start = split;
         m.prefill_ms = ms(t);
         if self.controller.is_none() {
             let t = Instant::now();

@@ -21,6 +21,8 @@ pub struct MockLm {
     pub eog_permille: u64,
     pub ctx_limit: usize,
     pub batch_limit: usize,
+    /// What `prefill_chunk` reports (0: prompts are never split).
+    pub prefill_chunk: usize,
     committed: Vec<u32>,
     last_tree: Option<FlatTree>,
     scratch: Vec<u32>,
@@ -46,6 +48,7 @@ impl MockLm {
             eog_permille: 8,
             ctx_limit: 1 << 20,
             batch_limit: 256,
+            prefill_chunk: 0,
             committed: Vec::new(),
             last_tree: None,
             scratch: Vec::new(),
@@ -224,6 +227,10 @@ impl Target for MockLm {
             self.committed.push(tree.tokens[r]);
         }
         Ok(())
+    }
+
+    fn prefill_chunk(&self) -> usize {
+        self.prefill_chunk
     }
 
     fn is_eog(&self, id: u32) -> bool {

@@ -45,6 +45,11 @@ impl Target for Session {
         Session::commit(self, rows).map_err(rt)
     }
 
+    /// `Session::prefill` covers a prompt with full chunks first, then the rest.
+    fn prefill_chunk(&self) -> usize {
+        self.options().prefill_chunk
+    }
+
     fn is_eog(&self, id: u32) -> bool {
         self.model().is_eog(id)
     }

@@ -15,6 +15,9 @@ pub struct PrefillOut {
     /// Matching logits, best first within each row.
     pub topk_logits: Vec<f32>,
     pub k: usize,
+    /// Prompt position of the first top-k row (rows cover `topk_start..` of the
+    /// prompt; calibration only asked for a window at its end).
+    pub topk_start: usize,
 }
 
 impl PrefillOut {
@@ -23,6 +26,7 @@ impl PrefillOut {
         self.topk_ids.clear();
         self.topk_logits.clear();
         self.k = 0;
+        self.topk_start = 0;
     }
 }
 
@@ -48,6 +52,13 @@ pub trait Target {
     /// Keep the KV of these rows (root-to-leaf path of the last verified tree) as the
     /// next committed positions; everything else of that tree is dropped.
     fn commit(&mut self, rows: &[usize]) -> Result<(), SpecError>;
+
+    /// Run length of prefill: splitting a prompt into two prefill calls at a
+    /// multiple of it runs exactly the same forward passes as one call (so the
+    /// results are bit-identical). 0 when that does not hold: never split.
+    fn prefill_chunk(&self) -> usize {
+        0
+    }
 
     /// End of generation (EOS or end of turn).
     fn is_eog(&self, id: u32) -> bool;

@@ -72,9 +72,13 @@ proptest! {
         max in 0usize..90,
         fixed in prop_oneof![Just(None), (1usize..70).prop_map(Some)],
         eog_permille in prop_oneof![Just(0u64), Just(8), Just(60)],
+        chunk in prop_oneof![Just(0usize), 1usize..40],
+        window in prop_oneof![Just(usize::MAX), 1usize..100],
     ) {
         let mut lm = MockLm::new(vocab, seed);
         lm.eog_permille = eog_permille;
+        // Prompts split for a calibration window at the end must decode the same.
+        lm.prefill_chunk = chunk;
         let prompt = prompt_from(seed, len, vocab);
         let want = lm.greedy(&prompt, max);
         // A database holding a neighbour's continuation, for the SAM modes.
@@ -84,9 +88,10 @@ proptest! {
         db.add(&other);
         let db = Arc::new(db.build_index());
         for mode in Mode::ALL {
-            let mut gen = Generator::new(mode, Some(db.clone()), cfg(fixed));
+            let c = GenConfig { calib_window: window, ..cfg(fixed) };
+            let mut gen = Generator::new(mode, Some(db.clone()), c);
             let (got, m) = run(&mut gen, &mut lm, &prompt, max);
-            prop_assert_eq!(&got, &want, "mode {} budget {:?}", mode.name(), fixed);
+            prop_assert_eq!(&got, &want, "mode {} budget {:?} window {}", mode.name(), fixed, window);
             if got.len() < max {
                 prop_assert_eq!(m.stop, StopReason::EndOfGeneration);
             }

@@ -90,3 +90,40 @@ fn every_mode_matches_greedy_on_smollm2() {
         }
     }
 }
+
+#[test]
+fn calibration_window_split_prefill_matches_greedy_on_smollm2() {
+    // Calibrating only the tail splits the prefill at a multiple of the prefill
+    // chunk (16 here, so the short prompts do split): the same forward passes,
+    // hence the same greedy output.
+    let Some(model) = model() else { return };
+    let opts = SessionOptions {
+        kv_capacity: 512,
+        prefill_chunk: 16,
+        ..Default::default()
+    };
+    let curve = CostCurve::affine(10.0, 0.05, &DEFAULT_SIZES);
+    let mut s = Session::new(model.clone(), opts).unwrap();
+    for (pi, prompt) in prompts().iter().enumerate() {
+        assert!(prompt.len() > 16 + 8, "prompt {pi} too short to split");
+        s.truncate(0).unwrap();
+        let mut want = Vec::new();
+        generate_greedy(&mut s, prompt, 24, |t| {
+            want.push(t);
+            true
+        })
+        .unwrap();
+        s.truncate(0).unwrap();
+        let mut gen = Generator::new(
+            Mode::Sdnpu,
+            None,
+            GenConfig {
+                cost_curve: Some(curve.clone()),
+                calib_window: 8,
+                ..Default::default()
+            },
+        );
+        let (got, _) = gen.generate(&mut s, prompt, 24, &mut |_| {}).unwrap();
+        assert_eq!(got, want, "prompt {pi}: windowed sdnpu differs from greedy");
+    }
+}
