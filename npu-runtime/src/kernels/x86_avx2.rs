@@ -25,6 +25,24 @@ const Q6K: u8 = 6;
 /// Distance of the software prefetch, in bytes.
 const PREFETCH_AHEAD: usize = 4096;
 
+/// Software prefetch for block `b` (shared by the AVX2 and AVX-512 kernels):
+/// `PREFETCH_AHEAD` bytes ahead of this block's share of the group (groups are
+/// contiguous, so this runs into the next group). Hardware prefetch alone
+/// falls behind when a batch makes each block's compute long. Into L2 (T1),
+/// not L1: on the DRAM-resident lm_head T1 was ~25% faster than T0 at N=1
+/// and N=8 (KERNELS.md, session 3), as the L1 miss buffers stay free for the
+/// demand loads. Prefetches never fault, so any address is fine.
+#[inline(always)]
+pub(crate) fn prefetch_block(codes: *const u8, b: usize, bytes_per_block: usize) {
+    let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
+    let mut off = 0;
+    while off < bytes_per_block {
+        // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(base.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
 type Write<'a> = &'a dyn Fn(usize, usize, &[f32; GROUP]);
 
 /// Compute groups `g0..g1` for all tokens.
@@ -113,13 +131,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 *a = [_mm256_setzero_ps(); 2];
             }
             for b in 0..nb {
-                // Software prefetch, as in the AVX-512 kernel.
-                let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
-                let mut off = 0;
-                while off < bytes_per_block {
-                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast());
-                    off += 64;
-                }
+                prefetch_block(codes, b, bytes_per_block);
                 for h in 0..2 {
                     // SAFETY: offsets stay inside this group's planes as in the
                     // AVX-512 kernel; `h * 32` selects rows 8h..8h+8 of a vector.
@@ -290,13 +302,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                 let s = scales.add(sb * 320);
                 for j in 0..8 {
                     let b = sb * 8 + j;
-                    // Software prefetch, as in the AVX-512 kernel.
-                    let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
-                    let mut off = 0;
-                    while off < bytes_per_block {
-                        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast());
-                        off += 64;
-                    }
+                    prefetch_block(codes, b, bytes_per_block);
                     for h in 0..2 {
                         let w = load_kcodes::<F>(codes, high, b, h);
                         // Scales as an i16 pair per lane: Q4_K (sc, sc); Q6_K

@@ -12,6 +12,7 @@ use super::ggml::QUANT_TYPES;
 use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
 use super::matmul::Kernel;
 use super::portable::TCHUNK;
+use super::x86_avx2::prefetch_block;
 use super::GgmlType;
 
 // Format ids for monomorphisation.
@@ -22,9 +23,6 @@ const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
 const Q4K: u8 = 5;
 const Q6K: u8 = 6;
-
-/// Distance of the software prefetch, in bytes.
-const PREFETCH_AHEAD: usize = 4096;
 
 type Write<'a> = &'a dyn Fn(usize, usize, &[f32; GROUP]);
 
@@ -60,21 +58,6 @@ pub(crate) unsafe fn run(
 
 fn fmt_type(f: u8) -> GgmlType {
     QUANT_TYPES[f as usize]
-}
-
-/// Issue the software prefetch for block `b`: `PREFETCH_AHEAD` bytes ahead of
-/// this block's share of the group (groups are contiguous, so this runs into
-/// the next group). Hardware prefetch alone falls behind when a batch makes
-/// each block's compute long. Prefetches never fault, so any address is fine.
-#[inline(always)]
-fn prefetch_block(codes: *const u8, b: usize, bytes_per_block: usize) {
-    let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
-    let mut off = 0;
-    while off < bytes_per_block {
-        // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast()) };
-        off += 64;
-    }
 }
 
 /// The 8 code vectors of block `b` (chunk `c` = columns 4c..4c+4 of each row,
