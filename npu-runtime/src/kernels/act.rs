@@ -34,6 +34,18 @@ pub(crate) enum ActFormat {
 }
 
 impl ActFormat {
+    /// Number of formats (for per-format storage).
+    pub const COUNT: usize = 3;
+
+    /// Dense index `< COUNT`.
+    pub fn index(self) -> usize {
+        match self {
+            ActFormat::Q8_0 => 0,
+            ActFormat::Q8_1 => 1,
+            ActFormat::Q8K => 2,
+        }
+    }
+
     /// The format ggml's CPU backend pairs with weights of type `ty` (its
     /// `vec_dot_type`); float weights are not quantized, any value is returned.
     pub fn for_weights(ty: GgmlType) -> ActFormat {

@@ -161,10 +161,14 @@ impl<'a> Kernel<'a> {
 
 /// Buffers `matmul` needs (quantized activations), sized once for the
 /// largest call so `matmul` never allocates.
+///
+/// One quantized copy per activation format, so [`matmul_multi`] can quantize a
+/// shared input once per format its matrices need (untouched copies stay
+/// unmapped zero pages).
 pub struct MatmulScratch {
     max_tokens: usize,
     max_cols: usize,
-    acts: QuantActs,
+    acts: [QuantActs; ActFormat::COUNT],
 }
 
 impl MatmulScratch {
@@ -172,7 +176,7 @@ impl MatmulScratch {
         MatmulScratch {
             max_tokens,
             max_cols,
-            acts: QuantActs::new(max_tokens, max_cols),
+            acts: std::array::from_fn(|_| QuantActs::new(max_tokens, max_cols)),
         }
     }
 }
@@ -217,15 +221,52 @@ pub fn matmul_with_isa(
     scratch: &mut MatmulScratch,
     pool: &ThreadPool,
 ) {
-    check_args(w, x, n_tokens, out);
+    matmul_multi_with_isa(isa, &[w], x, n_tokens, &mut [out], scratch, pool)
+}
+
+/// Most matrices one [`matmul_multi`] call takes.
+pub const MAX_MULTI: usize = 4;
+
+/// `outs[i] = x · ws[i]ᵀ` for matrices that read the same input (q/k/v, gate/up):
+/// the input is quantized once per activation format and all products run in one
+/// pool region (one hand-off instead of one per matrix). Each output is
+/// bit-identical to a separate [`matmul`] of its matrix.
+pub fn matmul_multi(
+    ws: &[&QMatrix],
+    x: &[f32],
+    n_tokens: usize,
+    outs: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
+    matmul_multi_with_isa(detected(), ws, x, n_tokens, outs, scratch, pool)
+}
+
+/// [`matmul_multi`] on a given ISA (falls back to portable if this CPU lacks it).
+pub fn matmul_multi_with_isa(
+    isa: Isa,
+    ws: &[&QMatrix],
+    x: &[f32],
+    n_tokens: usize,
+    outs: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
     assert!(
-        n_tokens <= scratch.max_tokens && w.cols <= scratch.max_cols,
-        "matmul: scratch planned for {}x{}, call needs {}x{}",
-        scratch.max_tokens,
-        scratch.max_cols,
-        n_tokens,
-        w.cols
+        !ws.is_empty() && ws.len() <= MAX_MULTI && ws.len() == outs.len(),
+        "matmul_multi: 1..={MAX_MULTI} matrices, one output each"
     );
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        check_args(w, x, n_tokens, out);
+        assert!(
+            n_tokens <= scratch.max_tokens && w.cols <= scratch.max_cols,
+            "matmul: scratch planned for {}x{}, call needs {}x{}",
+            scratch.max_tokens,
+            scratch.max_cols,
+            n_tokens,
+            w.cols
+        );
+    }
     if n_tokens == 0 {
         return;
     }
@@ -234,54 +275,86 @@ pub fn matmul_with_isa(
     } else {
         Isa::Portable
     };
-    let quantized = !matches!(w.ty, GgmlType::F32 | GgmlType::F16);
-    if quantized {
-        quantize_parallel(
-            isa,
-            ActFormat::for_weights(w.ty),
-            x,
-            &mut scratch.acts,
-            pool,
-        );
-    }
-    let k = Kernel {
-        ty: w.ty,
-        cols: w.cols,
-        n_tokens,
-        planes: w.planes,
-        data: w.bytes(),
-    };
-    let acts = &scratch.acts;
-    let n_groups = w.rows.div_ceil(GROUP);
-    let rows = w.rows;
-    let work = w.rows * w.cols * n_tokens;
-    let n_tasks = if work < 1 << 16 {
-        1
-    } else {
-        n_groups.min(4 * pool.n_threads())
-    };
-    let out_ptr = SendPtr(out.as_mut_ptr());
-    let write = move |t: usize, g: usize, acc: &[f32; GROUP]| {
-        let r0 = g * GROUP;
-        let n = GROUP.min(rows - r0);
-        // SAFETY: t < n_tokens and r0 + n <= rows, so the range lies inside
-        // `out` (length n_tokens * rows, checked above). Group g belongs to
-        // exactly one task and each (t, g) is written once, so writes from
-        // different threads never overlap, and `out` is exclusively borrowed
-        // for the duration of this call.
-        unsafe {
-            let dst = std::slice::from_raw_parts_mut(out_ptr.get().add(t * rows + r0), n);
-            // A fixed-size copy for full groups (inline vector moves, not a memmove call).
-            match <&mut [f32; GROUP]>::try_from(&mut *dst) {
-                Ok(full) => *full = *acc,
-                Err(_) => dst.copy_from_slice(&acc[..n]),
-            }
+    // Quantize the input once per activation format the matrices need.
+    let mut quantized = [false; ActFormat::COUNT];
+    for w in ws {
+        if matches!(w.ty, GgmlType::F32 | GgmlType::F16) {
+            continue;
         }
+        let fmt = ActFormat::for_weights(w.ty);
+        if !quantized[fmt.index()] {
+            quantize_parallel(isa, fmt, x, &mut scratch.acts[fmt.index()], pool);
+            quantized[fmt.index()] = true;
+        }
+    }
+    // Tasks per matrix in proportion to its work (at least one, at most one per
+    // row group); tiny calls run in one task without a pool hand-off.
+    let work: [usize; MAX_MULTI] =
+        std::array::from_fn(|i| ws.get(i).map_or(0, |w| w.rows * w.cols * n_tokens));
+    let total: usize = work.iter().sum();
+    let budget = if total < 1 << 16 {
+        0
+    } else {
+        4 * pool.n_threads()
     };
+    let tasks: [usize; MAX_MULTI] = std::array::from_fn(|i| match ws.get(i) {
+        Some(w) if budget > 0 => (budget * work[i])
+            .div_ceil(total)
+            .clamp(1, w.rows.div_ceil(GROUP)),
+        Some(_) => 1,
+        None => 0,
+    });
+    let outs_ptr: [SendPtr; MAX_MULTI] = std::array::from_fn(|i| {
+        SendPtr(
+            outs.get_mut(i)
+                .map_or(std::ptr::null_mut(), |o| o.as_mut_ptr()),
+        )
+    });
+    let acts = &scratch.acts;
+    // Runs task `j` of matrix `m`: an even share of its row groups.
+    let run_part = |m: usize, j: usize| {
+        let w = ws[m];
+        let k = Kernel {
+            ty: w.ty,
+            cols: w.cols,
+            n_tokens,
+            planes: w.planes,
+            data: w.bytes(),
+        };
+        let n_groups = w.rows.div_ceil(GROUP);
+        let (g0, g1) = (j * n_groups / tasks[m], (j + 1) * n_groups / tasks[m]);
+        let (rows, out_ptr) = (w.rows, outs_ptr[m]);
+        let write = move |t: usize, g: usize, acc: &[f32; GROUP]| {
+            let r0 = g * GROUP;
+            let n = GROUP.min(rows - r0);
+            // SAFETY: t < n_tokens and r0 + n <= rows, so the range lies inside
+            // `outs[m]` (length n_tokens * rows, checked above). Group g of matrix m
+            // belongs to exactly one task and each (t, g) is written once, so writes
+            // from different threads never overlap, and every output is exclusively
+            // borrowed for the duration of this call.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(out_ptr.get().add(t * rows + r0), n);
+                // A fixed-size copy for full groups (inline vector moves, not a memmove call).
+                match <&mut [f32; GROUP]>::try_from(&mut *dst) {
+                    Ok(full) => *full = *acc,
+                    Err(_) => dst.copy_from_slice(&acc[..n]),
+                }
+            }
+        };
+        let a = &acts[ActFormat::for_weights(w.ty).index()];
+        run_isa(isa, &k, a, x, g0, g1, &write);
+    };
+    if budget == 0 {
+        return (0..ws.len()).for_each(|m| run_part(m, 0));
+    }
+    let n_tasks: usize = tasks.iter().sum();
     pool.parallel_for(n_tasks, &|task| {
-        let g0 = task * n_groups / n_tasks;
-        let g1 = (task + 1) * n_groups / n_tasks;
-        run_isa(isa, &k, acts, x, g0, g1, &write);
+        let (mut m, mut j) = (0, task);
+        while j >= tasks[m] {
+            j -= tasks[m];
+            m += 1;
+        }
+        run_part(m, j);
     });
 }
 
@@ -330,6 +403,104 @@ pub fn matmul_reference(w: &QMatrix, x: &[f32], n_tokens: usize, out: &mut [f32]
             let xr = &x[n * w.cols..(n + 1) * w.cols];
             let s: f64 = row.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
             out[n * w.rows + r] = s as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_rng::uniform;
+
+    /// Random valid ggml bytes: random codes, small finite f16 scales.
+    fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> QMatrix {
+        let ts = ty.type_size();
+        let n_blocks = rows * cols / ty.block_size();
+        let noise = uniform(seed, n_blocks * ts);
+        let mut bytes: Vec<u8> = noise.iter().map(|v| (v.to_bits() >> 7) as u8).collect();
+        let scale = half::f16::from_f32(0.003).to_le_bytes();
+        let at: &[usize] = match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K => &[0, 2],
+            GgmlType::Q6K => &[208],
+            _ => unreachable!("test types only"),
+        };
+        for b in bytes.chunks_exact_mut(ts) {
+            for &p in at {
+                b[p..p + 2].copy_from_slice(&scale);
+            }
+        }
+        QMatrix::from_ggml(ty, rows, cols, &bytes).unwrap()
+    }
+
+    /// `|out - exact| <= Σ_blocks amax_b/254 · Σ|w_b| + 1e-5 Σ|w·x|` (activation
+    /// quantization moves each x by at most half a step): an oracle independent of
+    /// the kernels and of which quantized copy they read.
+    fn assert_within_quantization_bound(w: &QMatrix, x: &[f32], n: usize, out: &[f32]) {
+        let mut row = vec![0f32; w.cols()];
+        for r in 0..w.rows() {
+            w.dequantize_row(r, &mut row);
+            for t in 0..n {
+                let xt = &x[t * w.cols()..][..w.cols()];
+                let prods = row.iter().zip(xt).map(|(a, b)| *a as f64 * *b as f64);
+                let exact: f64 = prods.clone().sum();
+                let mag: f64 = prods.map(f64::abs).sum();
+                let quant: f64 = row
+                    .chunks(32)
+                    .zip(xt.chunks(32))
+                    .map(|(wb, xb)| {
+                        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                        amax / 254.0 * wb.iter().map(|v| v.abs() as f64).sum::<f64>()
+                    })
+                    .sum();
+                let err = (out[t * w.rows() + r] as f64 - exact).abs();
+                assert!(
+                    err <= quant * 1.0001 + 1e-5 * mag + 1e-6,
+                    "row {r} token {t}: {err}"
+                );
+            }
+        }
+    }
+
+    /// One region over several matrices (mixed activation formats, tiny and big
+    /// calls, 1-3 threads) gives every output the bits of its own `matmul`.
+    #[test]
+    fn multi_equals_separate_calls_bitwise() {
+        let mut seed = 11;
+        let cols = 512;
+        let ws = [
+            random_matrix(GgmlType::Q5_0, 200, cols, &mut seed),
+            random_matrix(GgmlType::Q6K, 40, cols, &mut seed),
+            random_matrix(GgmlType::Q4_1, 33, cols, &mut seed),
+            random_matrix(GgmlType::Q4K, 16, cols, &mut seed),
+        ];
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads);
+            for n in [1usize, 3, 8] {
+                let x = uniform(&mut seed, n * cols);
+                for isa in Isa::available() {
+                    let mut scratch = MatmulScratch::new(n, cols);
+                    for k in 1..=ws.len() {
+                        let refs: Vec<&QMatrix> = ws[..k].iter().collect();
+                        let mut want: Vec<Vec<f32>> =
+                            refs.iter().map(|w| vec![0.0; n * w.rows()]).collect();
+                        for (w, o) in refs.iter().zip(&mut want) {
+                            matmul_with_isa(isa, w, &x, n, o, &mut scratch, &pool);
+                        }
+                        let mut got: Vec<Vec<f32>> =
+                            refs.iter().map(|w| vec![f32::NAN; n * w.rows()]).collect();
+                        let mut outs: Vec<&mut [f32]> =
+                            got.iter_mut().map(|o| o.as_mut_slice()).collect();
+                        matmul_multi_with_isa(isa, &refs, &x, n, &mut outs, &mut scratch, &pool);
+                        for ((g, w), m) in got.iter().zip(&want).zip(&refs) {
+                            let bits =
+                                |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(g), bits(w), "{isa:?} n={n} k={k} t={threads}");
+                            assert_within_quantization_bound(m, &x, n, g);
+                        }
+                    }
+                }
+            }
         }
     }
 }
