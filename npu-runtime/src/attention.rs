@@ -119,23 +119,36 @@ pub struct AttnDims {
     pub head_dim: usize,
 }
 
-/// Preplanned per-task scratch: scores of every KV slot, one output row and one
-/// normaliser for each query head of a GQA group.
+/// Tokens whose queries share one pass over the committed keys (one work item).
+const TOK_BLOCK: usize = 8;
+/// V rows per step of the weighted sum: 64 rows of a 64-wide head are 16 KB, so a
+/// chunk stays in L1 while every query of an item accumulates it.
+const V_CHUNK: usize = 64;
+
+/// Preplanned per-task scratch: for up to `TOK_BLOCK` tokens × one GQA group of query
+/// heads, the scores of every KV slot, the gathered queries, the output rows and the
+/// normalisers.
 pub struct AttnScratch {
     slots: Vec<Mutex<Vec<f32>>>,
+    threads: usize,
     kv_capacity: usize,
+    head_dim: usize,
     group: usize,
 }
 
 impl AttnScratch {
-    /// `group`: query heads per KV head (`n_head / n_head_kv`).
-    pub fn new(n_tasks: usize, kv_capacity: usize, head_dim: usize, group: usize) -> Self {
-        let group = group.max(1);
+    /// For a pool of `threads` threads (4 task slots each); `group`: query heads per KV
+    /// head (`n_head / n_head_kv`).
+    pub fn new(threads: usize, kv_capacity: usize, head_dim: usize, group: usize) -> Self {
+        let (threads, group) = (threads.max(1), group.max(1));
+        let queries = TOK_BLOCK * group;
         AttnScratch {
-            slots: (0..n_tasks.max(1))
-                .map(|_| Mutex::new(vec![0.0; group * (kv_capacity + head_dim + 1)]))
+            slots: (0..4 * threads)
+                .map(|_| Mutex::new(vec![0.0; queries * (kv_capacity + 2 * head_dim + 1)]))
                 .collect(),
+            threads,
             kv_capacity,
+            head_dim,
             group,
         }
     }
@@ -149,11 +162,15 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// `out` (f32 bits in atomics so tasks can write disjoint rows without `unsafe`).
 /// `run` executes `n` tasks, possibly in parallel.
 ///
-/// Work items are (token, KV head, slice of that KV head's query heads): the query heads
-/// of a GQA group see the same keys, so each K/V row is loaded once for all of them
-/// (`dot_rows_multi`, `axpy_rows_multi`). The per-query arithmetic is unchanged by the
-/// grouping (the multi kernels give per-query bits), so a result does not depend on the
-/// batch, the item split or the thread count.
+/// Work items are (block of up to `TOK_BLOCK` tokens, KV head, slice of its query
+/// heads); heads are sliced only when there are fewer items than threads. Every query
+/// of an item sees the committed keys `[0, n_past)`, so one pass of the multi-query row
+/// kernels over them serves all the item's tokens and heads (each K row block is loaded
+/// once for up to `TOK_BLOCK × group` queries, V in L1-sized chunks); each token's own
+/// visible new keys follow. The per-query arithmetic is unchanged by this grouping (the
+/// multi kernels give per-query bits, scores stay in key order, V rows are added in
+/// ascending key order), so a result does not depend on the batch, the item split or
+/// the thread count.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -172,53 +189,88 @@ pub fn attention(
         head_dim: hd,
     } = dims;
     let group = n_head / n_head_kv;
+    let n = mask.n_valid();
     assert!(
-        group <= scratch.group && n_past + mask.n_valid() <= scratch.kv_capacity,
-        "attention: scratch planned for a smaller group or KV capacity"
+        group <= scratch.group && hd <= scratch.head_dim && n_past + n <= scratch.kv_capacity,
+        "attention: scratch planned for a smaller group, head or KV capacity"
     );
+    if n == 0 {
+        return;
+    }
     let isa = detected();
-    // Split a group's heads only when there are fewer (token, KV head) pairs than
-    // scratch slots, so small batches still occupy every thread.
-    let pairs = mask.n_valid() * n_head_kv;
-    let split = scratch.slots.len().div_ceil(pairs).clamp(1, group);
-    let n_items = pairs * split;
+    let units = n.div_ceil(TOK_BLOCK) * n_head_kv;
+    let parts = scratch.threads.div_ceil(units).clamp(1, group);
+    let n_items = units * parts;
     let n_tasks = scratch.slots.len().min(n_items);
     let kv_dim = n_head_kv * hd;
     let scale = 1.0 / (hd as f32).sqrt();
+    // Score row stride: the longest key sequence of the batch.
+    let stride = n_past + (0..n).map(|i| mask.visible(i).len()).max().unwrap_or(0);
     let task = |t: usize| {
         let mut guard = scratch.slots[t].lock().unwrap_or_else(|e| e.into_inner());
-        let (scores, rest) = guard.split_at_mut(group * scratch.kv_capacity);
-        let (acc, inv) = rest.split_at_mut(group * hd);
+        let queries = TOK_BLOCK * scratch.group;
+        let (scores, rest) = guard.split_at_mut(queries * scratch.kv_capacity);
+        let (qbuf, rest) = rest.split_at_mut(queries * scratch.head_dim);
+        let (acc, inv) = rest.split_at_mut(queries * scratch.head_dim);
         let lo = n_items * t / n_tasks;
         let hi = n_items * (t + 1) / n_tasks;
         for item in lo..hi {
-            let (pair, part) = (item / split, item % split);
-            let (i, g) = (pair / n_head_kv, pair % n_head_kv);
-            let h0 = g * group + group * part / split;
-            let h1 = g * group + group * (part + 1) / split;
+            let (unit, part) = (item / parts, item % parts);
+            let (blk, g) = (unit / n_head_kv, unit % n_head_kv);
+            let h0 = g * group + group * part / parts;
+            let h1 = g * group + group * (part + 1) / parts;
             let nh = h1 - h0;
-            let qh = &q[i * n_head * hd + h0 * hd..][..nh * hd];
-            let visible = mask.visible(i);
-            let n_keys = n_past + visible.len();
-            let scores = &mut scores[..nh * n_keys];
-            let acc = &mut acc[..nh * hd];
+            let (i0, i1) = (blk * TOK_BLOCK, (blk * TOK_BLOCK + TOK_BLOCK).min(n));
+            let nq = (i1 - i0) * nh;
+            // Query a = (token - i0) * nh + (head - h0), gathered contiguously.
+            let qs = &mut qbuf[..nq * hd];
+            for (ti, dst) in (i0..i1).zip(qs.chunks_exact_mut(nh * hd)) {
+                dst.copy_from_slice(&q[ti * n_head * hd + h0 * hd..][..nh * hd]);
+            }
+            let qs = &qs[..];
+            let scores = &mut scores[..nq * stride];
+            let acc = &mut acc[..nq * hd];
             let kv_off = g * hd;
-            for_each_run(n_past, visible, |key, slot, len| {
-                let rows = &k[slot * kv_dim + kv_off..];
-                dot_rows_multi_with_isa(isa, qh, hd, rows, kv_dim, len, &mut scores[key..], n_keys);
-            });
-            for (s, inv) in scores.chunks_exact_mut(n_keys).zip(inv.iter_mut()) {
-                *inv = 1.0 / softmax_exp_with_isa(isa, s, scale);
+            if n_past > 0 {
+                let rows = &k[kv_off..];
+                dot_rows_multi_with_isa(isa, qs, hd, rows, kv_dim, n_past, scores, stride);
+            }
+            for ti in i0..i1 {
+                let a0 = (ti - i0) * nh;
+                let qa = &qs[a0 * hd..(a0 + nh) * hd];
+                for_each_run(0, mask.visible(ti), |key, slot, len| {
+                    let rows = &k[(n_past + slot) * kv_dim + kv_off..];
+                    let o = &mut scores[a0 * stride + n_past + key..];
+                    dot_rows_multi_with_isa(isa, qa, hd, rows, kv_dim, len, o, stride);
+                });
+                let n_keys = n_past + mask.visible(ti).len();
+                for a in a0..a0 + nh {
+                    let s = &mut scores[a * stride..][..n_keys];
+                    inv[a] = 1.0 / softmax_exp_with_isa(isa, s, scale);
+                }
             }
             acc.fill(0.0);
-            for_each_run(n_past, visible, |key, slot, len| {
-                let rows = &v[slot * kv_dim + kv_off..];
-                axpy_rows_multi_with_isa(isa, &scores[key..], n_keys, len, rows, kv_dim, acc, hd);
-            });
-            let o = &out[i * n_head * hd + h0 * hd..][..nh * hd];
-            for ((o, acc), &inv) in o.chunks_exact(hd).zip(acc.chunks_exact(hd)).zip(&*inv) {
-                for (dst, &x) in o.iter().zip(acc) {
-                    dst.store((x * inv).to_bits(), Ordering::Relaxed);
+            let mut r0 = 0;
+            while r0 < n_past {
+                let r = V_CHUNK.min(n_past - r0);
+                let rows = &v[r0 * kv_dim + kv_off..];
+                axpy_rows_multi_with_isa(isa, &scores[r0..], stride, r, rows, kv_dim, acc, hd);
+                r0 += r;
+            }
+            for ti in i0..i1 {
+                let a0 = (ti - i0) * nh;
+                let acc = &mut acc[a0 * hd..(a0 + nh) * hd];
+                for_each_run(0, mask.visible(ti), |key, slot, len| {
+                    let rows = &v[(n_past + slot) * kv_dim + kv_off..];
+                    let w = &scores[a0 * stride + n_past + key..];
+                    axpy_rows_multi_with_isa(isa, w, stride, len, rows, kv_dim, acc, hd);
+                });
+                let o = &out[ti * n_head * hd + h0 * hd..][..nh * hd];
+                let (acc, inv) = (&acc[..], &inv[a0..a0 + nh]);
+                for ((o, acc), &inv) in o.chunks_exact(hd).zip(acc.chunks_exact(hd)).zip(inv) {
+                    for (dst, &x) in o.iter().zip(acc) {
+                        dst.store((x * inv).to_bits(), Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -393,6 +445,72 @@ mod tests {
                 2,
             );
             assert_eq!(one, chunk[i * kv_dim..(i + 1) * kv_dim].to_vec());
+        }
+    }
+
+    /// A long committed prefix (several V chunks, 16-row tails), a tree of more than
+    /// `TOK_BLOCK` nodes and 1-3 threads: every node equals itself computed alone over
+    /// its compacted ancestors, bitwise, and the f64 reference closely.
+    #[test]
+    fn tree_blocks_equal_single_tokens_over_long_prefix() {
+        let dims = AttnDims {
+            n_head: 6,
+            n_head_kv: 2,
+            head_dim: 24,
+        };
+        let (hd, kv_dim, qd) = (24, 48, 144);
+        let mut seed = 5;
+        let n_past = 150;
+        let parents = [-1, 0, 1, 0, 3, 2, -1, 6, 5, 4, 9, 10, 7, 12, 8, 11, 13, 14];
+        let n = parents.len();
+        let k = rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = rnd(&mut seed, (n_past + n) * kv_dim);
+        let q = rnd(&mut seed, n * qd);
+        let mut mask = BatchMask::new(32);
+        mask.set_tree(&parents).unwrap();
+        let batch: Vec<Vec<f32>> = (1..=3)
+            .map(|threads| run_attn(&q, &k, &v, n_past, &mask, dims, threads))
+            .collect();
+        assert_eq!(batch[0], batch[1]);
+        assert_eq!(batch[0], batch[2]);
+        let mut m1 = BatchMask::new(1);
+        m1.set_causal(1).unwrap();
+        for i in 0..n {
+            let vis = mask.visible(i);
+            let mut k2 = k[..n_past * kv_dim].to_vec();
+            let mut v2 = v[..n_past * kv_dim].to_vec();
+            for &p in vis {
+                k2.extend_from_slice(&k[(n_past + p as usize) * kv_dim..][..kv_dim]);
+                v2.extend_from_slice(&v[(n_past + p as usize) * kv_dim..][..kv_dim]);
+            }
+            let single = run_attn(
+                &q[i * qd..][..qd],
+                &k2,
+                &v2,
+                n_past + vis.len() - 1,
+                &m1,
+                dims,
+                2,
+            );
+            assert_eq!(single, batch[0][i * qd..][..qd].to_vec(), "node {i}");
+            let slots: Vec<usize> = (0..n_past + vis.len()).collect();
+            for h in 0..dims.n_head {
+                let r = reference(
+                    &q[i * qd + h * hd..],
+                    &k2,
+                    &v2,
+                    &slots,
+                    (h / 3) * hd,
+                    kv_dim,
+                    hd,
+                );
+                for d in 0..hd {
+                    assert!(
+                        (single[h * hd + d] - r[d]).abs() < 1e-5,
+                        "node {i} head {h}"
+                    );
+                }
+            }
         }
     }
 

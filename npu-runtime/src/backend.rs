@@ -4,6 +4,7 @@
 
 use crate::attention::{attention, AttnDims, AttnScratch, BatchMask};
 use crate::error::{Result, RuntimeError};
+use crate::kernels::matmul::matmul_multi;
 use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use crate::kv_cache::KvCache;
 use crate::ops::{add_bias, add_in_place, rms_norm, silu_mul, RopeLayout, RopeTable};
@@ -202,7 +203,7 @@ impl Backend for CpuBackend {
             up: vec![0.0; t * c.n_ff],
             mm: MatmulScratch::new(t, max_cols),
             attn_scratch: AttnScratch::new(
-                4 * threads,
+                threads,
                 g.shape.kv_capacity,
                 c.head_dim,
                 c.n_head / c.n_head_kv,
@@ -284,9 +285,15 @@ impl Backend for CpuBackend {
         for layer in g.block.layers.clone() {
             let lw = &w.layers[layer];
             norm_rows(pool, hidden, &lw.attn_norm, c.rms_eps, &mut b.x_norm[..xe]);
-            matmul(&lw.wq, &b.x_norm[..xe], n, &mut b.q[..xq], &mut b.mm, pool);
-            matmul(&lw.wk, &b.x_norm[..xe], n, &mut b.k[..xkv], &mut b.mm, pool);
-            matmul(&lw.wv, &b.x_norm[..xe], n, &mut b.v[..xkv], &mut b.mm, pool);
+            // q/k/v read the same normed rows: quantized once, one pool region.
+            matmul_multi(
+                &[&lw.wq, &lw.wk, &lw.wv],
+                &b.x_norm[..xe],
+                n,
+                &mut [&mut b.q[..xq], &mut b.k[..xkv], &mut b.v[..xkv]],
+                &mut b.mm,
+                pool,
+            );
             if let (Some(bq), Some(bk), Some(bv)) = (&lw.bq, &lw.bk, &lw.bv) {
                 add_bias(&mut b.q[..xq], bq);
                 add_bias(&mut b.k[..xkv], bk);
@@ -321,19 +328,11 @@ impl Backend for CpuBackend {
             matmul(&lw.wo, &b.attn[..xq], n, &mut b.proj[..xe], &mut b.mm, pool);
             add_in_place(hidden, &b.proj[..xe]);
             norm_rows(pool, hidden, &lw.ffn_norm, c.rms_eps, &mut b.x_norm[..xe]);
-            matmul(
-                &lw.w_gate,
+            matmul_multi(
+                &[&lw.w_gate, &lw.w_up],
                 &b.x_norm[..xe],
                 n,
-                &mut b.gate[..xf],
-                &mut b.mm,
-                pool,
-            );
-            matmul(
-                &lw.w_up,
-                &b.x_norm[..xe],
-                n,
-                &mut b.up[..xf],
+                &mut [&mut b.gate[..xf], &mut b.up[..xf]],
                 &mut b.mm,
                 pool,
             );
