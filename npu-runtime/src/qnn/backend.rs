@@ -5,7 +5,7 @@
 
 use super::cache::{entry_key, file_hash, BinaryCache, CachedGraph};
 use super::error::QnnError;
-use super::graph::{Context, Graph, IoTensor};
+use super::graph::{Context, Graph, GraphOptions, IoTensor};
 use super::library::runtime;
 use super::lower::{build_block, MASK_HIDDEN};
 use crate::backend::{Backend, BlockIo, GraphStats, LogitsRows};
@@ -41,6 +41,7 @@ pub struct QnnBackend {
     /// cos/sin per position, `[kv_capacity][head_dim / 2]`.
     cos: Vec<f32>,
     sin: Vec<f32>,
+    graph_opts: GraphOptions,
 }
 
 struct Loaded {
@@ -116,7 +117,14 @@ impl QnnBackend {
             cache,
             cos,
             sin,
+            graph_opts: GraphOptions::default(),
         })
+    }
+
+    /// HTP graph settings for every graph this backend compiles (part of the cache key).
+    pub fn with_graph_options(mut self, opts: GraphOptions) -> Self {
+        self.graph_opts = opts;
+        self
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -136,7 +144,7 @@ impl QnnBackend {
     ) -> Result<CachedGraph> {
         let t0 = Instant::now();
         let ctx = Context::new()?;
-        let mut b = ctx.build(name)?;
+        let mut b = ctx.build_with(name, self.graph_opts)?;
         build_block(&mut b, &self.model, block, shape)?;
         times.build = t0.elapsed();
         let t1 = Instant::now();
@@ -198,7 +206,15 @@ impl Backend for QnnBackend {
             block.layers.start, block.layers.end, shape.tokens, shape.kv_capacity
         );
         let mut times = QnnTimes::default();
-        let key = entry_key(self.model_hash, block, shape, runtime()?.build_id());
+        let mut key = entry_key(self.model_hash, block, shape, runtime()?.build_id());
+        if self.graph_opts != GraphOptions::default() {
+            let o = self.graph_opts;
+            key.push_str(&format!(
+                "-p{}o{}",
+                o.precision.map_or(9, |p| p as u8),
+                o.optimization.unwrap_or(0)
+            ));
+        }
         let cached = self.cache.as_ref().and_then(|c| c.get(&key));
         let binary = match cached {
             Some(g) => {
