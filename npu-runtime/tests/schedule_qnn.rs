@@ -2,8 +2,10 @@
 //! of the G1 context and `contextCreateFromBinary` of the G2 one. CI scale: SmolLM2 in 2
 //! blocks, chunks of 8 tokens, G2 runs of 4, a 12-token prompt (one full chunk and a
 //! partial one), 64 KV slots. Warm-up must measure non-zero loads, frees and the context
-//! binaries' memory; every schedule's prefill output (logits and KV) and first decode
-//! step must equal sync's, which switches only after prefill.
+//! binaries' memory; the prefill output (logits and KV) and first decode step of the
+//! paper's greedy (P0's partial chunk and all of P1 on G2) must equal sync's, which
+//! switches only after prefill. Not bit-exact on this backend, and so not asserted here: a
+//! full chunk of the first block on G2 (0.047 max logit difference, docs/scheduling.md).
 
 mod common;
 use common::qnn_available;
