@@ -157,6 +157,17 @@ impl<'a> Kernel<'a> {
         let gb = self.planes.group_bytes();
         &self.data[g * gb..(g + 1) * gb]
     }
+
+    /// Start pointers of group `g`'s code, high-bit and scale planes (see `layout`).
+    pub fn plane_ptrs(&self, g: usize) -> [*const u8; 3] {
+        let group = self.group(g);
+        let p = self.planes;
+        [
+            group.as_ptr(),
+            group[p.codes..].as_ptr(),
+            group[p.codes + p.high..].as_ptr(),
+        ]
+    }
 }
 
 /// Buffers `matmul` needs (quantized activations), sized once for the

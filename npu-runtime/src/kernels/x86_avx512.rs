@@ -123,10 +123,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let mut res = [0f32; GROUP];
     let bytes_per_block = p.group_bytes() / nb;
     for g in g0..g1 {
-        let group = k.group(g);
-        let codes = group.as_ptr();
-        let high = group[p.codes..].as_ptr();
-        let scales = group[p.codes + p.high..].as_ptr();
+        let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
             for a in &mut acc[..nt] {
@@ -200,10 +197,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
     let sign = _mm512_set1_epi32(i32::MIN);
     let bytes_per_block = p.group_bytes() / nb;
     for g in g0..g1 {
-        let group = k.group(g);
-        let codes = group.as_ptr();
-        let high = group[p.codes..].as_ptr();
-        let scales = group[p.codes + p.high..].as_ptr();
+        let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
             for a in &mut acc[..nt] {
