@@ -17,11 +17,10 @@
 //! shapes are small: 2 blocks of 15 layers, 16-token graphs only, 64 KV slots.
 
 mod common;
-use common::{oracle, qnn_available};
+use common::{oracle, qnn_available, smollm2};
 use npu_runtime::backend::{Backend, CpuBackend};
 use npu_runtime::qnn::{BlockRunner, QnnBackend};
-use npu_runtime::session::{argmax, LoadOptions, Model};
-use std::sync::Arc;
+use npu_runtime::session::argmax;
 use std::time::Instant;
 
 const PROMPTS: [&str; 3] = [
@@ -38,19 +37,6 @@ const CHUNK: usize = 16;
 /// 8 rows or fewer, see docs/qnn.md), CPU 2.8-3.8 %.
 const QNN_TOL: f64 = 0.005;
 const CPU_TOL: f64 = 0.045;
-
-fn smollm2() -> Option<Arc<Model>> {
-    match npu_runtime::model_path::resolve("smollm2-135m") {
-        Ok(p) => Some(Model::load(&p, &LoadOptions::default()).unwrap()),
-        Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => {
-            panic!("{e}: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)")
-        }
-    }
-}
 
 /// Logit rows for positions `p - 1 .. seq.len() - 1` (each predicting the next token),
 /// teacher-forced with `seq`, `p` = prompt length.

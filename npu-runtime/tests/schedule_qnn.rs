@@ -8,28 +8,14 @@
 //! full chunk of the first block on G2 (0.047 max logit difference, docs/scheduling.md).
 
 mod common;
-use common::qnn_available;
+use common::{qnn_available, smollm2};
 use npu_runtime::qnn::BinaryCache;
 use npu_runtime::schedule::exec::execute;
 use npu_runtime::schedule::qnn::QnnExecutor;
 use npu_runtime::schedule::sim::{EventKind, Unit};
 use npu_runtime::schedule::warmup::{warmup_profile, WarmupConfig};
 use npu_runtime::schedule::{Form, Instance, ScheduleKind};
-use npu_runtime::session::{LoadOptions, Model};
 use std::time::Instant;
-
-fn smollm2() -> Option<std::sync::Arc<Model>> {
-    match npu_runtime::model_path::resolve("smollm2-135m") {
-        Ok(p) => Some(Model::load(&p, &LoadOptions::default()).unwrap()),
-        Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => {
-            panic!("{e}: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)")
-        }
-    }
-}
 
 #[test]
 fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
