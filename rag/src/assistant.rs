@@ -13,9 +13,40 @@
 //! ```
 //!
 //! One generation runs at a time per `Assistant` (the KV cache and draft state live in one
-//! session behind a mutex); retrieval and indexing do not wait for it. Share it across
-//! threads with `Arc<Assistant>`; [`Assistant::ask_stream`] gives a tokio channel of events
-//! and a cancellation handle for async callers.
+//! session behind a mutex); retrieval and indexing do not wait for it. `Assistant` is `Send +
+//! Sync`: share it across threads with `Arc<Assistant>`. [`Assistant::ask_stream`] gives a
+//! tokio channel of events and a cancellation handle for async callers.
+//!
+//! # From async code (tokio)
+//!
+//! Opening, indexing and retrieval are blocking calls (file I/O, the embedding model):
+//! run them on tokio's blocking pool; answers stream through [`Assistant::ask_stream`].
+//!
+//! ```no_run
+//! use rag::assistant::{Assistant, AssistantOptions};
+//! use rag::SearchMode;
+//! use std::sync::Arc;
+//! # async fn demo() -> anyhow::Result<()> {
+//! let assistant = Arc::new(
+//!     tokio::task::spawn_blocking(|| Assistant::open(AssistantOptions::new(".rag-index"))).await??,
+//! );
+//! let a = Arc::clone(&assistant);
+//! let summary = tokio::task::spawn_blocking(move || {
+//!     a.add_paths(&["docs".into()], &Default::default(), &|_| {})
+//! })
+//! .await??;
+//! println!("{} chunks", summary.chunks_total);
+//! let a = Arc::clone(&assistant);
+//! let removed = tokio::task::spawn_blocking(move || a.remove_path("docs/old.md".as_ref())).await??;
+//! let a = Arc::clone(&assistant);
+//! let hits = tokio::task::spawn_blocking(move || a.retrieve("warranty", 5, SearchMode::Hybrid)).await??;
+//! for h in &hits {
+//!     println!("{:.3} {} {:?}", h.score, h.path, h.lines);
+//! }
+//! # let _ = removed;
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::embed::MiniLmEmbedder;
 use crate::embed_api::Embedder;
@@ -167,6 +198,17 @@ pub struct Answer {
     pub speculation: SpecSummary,
 }
 
+/// What [`Assistant::build_prompt`] returns.
+#[derive(Clone, Debug)]
+pub struct BuiltPrompt {
+    /// The chat messages (system, then the user turn with the numbered sources).
+    pub messages: Vec<ChatMessage>,
+    /// Their token ids with the model's chat template applied (generation prompt included).
+    pub tokens: Vec<u32>,
+    /// The sources that fit the budget, in citation order.
+    pub sources: Vec<Source>,
+}
+
 /// Events of [`Assistant::ask_stream`].
 #[derive(Debug)]
 pub enum AskEvent {
@@ -279,44 +321,51 @@ impl Assistant {
         let hits = self.index.search(question, opts.top_k, opts.mode)?;
         let retrieve_ms = ms(started);
         let llm = self.llm()?;
-        let sources: Vec<PromptSource> = hits
-            .iter()
-            .map(|h| PromptSource {
-                // The model sees the file name only: full paths are noise it tends to copy.
-                label: location(file_name(&h.path), h.lines, h.page),
-                heading: h.heading.clone(),
-                text: h.text.clone(),
-            })
-            .collect();
-        let count = |s: &str| {
-            llm.model
-                .tokenizer()
-                .encode(s, false)
-                .map(|t| t.len())
-                .unwrap_or(s.len())
-        };
-        let assembled = prompt::assemble(question, &sources, opts.context_tokens, &count);
-        let cited = assembled
-            .used
-            .iter()
-            .enumerate()
-            .map(|(n, &i)| Source {
-                number: n + 1,
-                path: hits[i].path.clone(),
-                lines: hits[i].lines,
-                page: hits[i].page,
-                chunk_id: hits[i].chunk_id,
-                score: hits[i].score,
-            })
-            .collect();
-        let mut answer = self.generate(&llm, &assembled.messages, opts, started, on_text)?;
+        let (messages, cited) = cited_prompt(&llm, question, &hits, opts);
+        let mut answer = self.generate(&llm, &messages, opts, started, on_text)?;
         answer.sources = cited;
         answer.timings.retrieve_ms = retrieve_ms;
         Ok(answer)
     }
 
+    /// The prompt [`Assistant::ask`] would feed the model for `question` (retrieval, numbered
+    /// sources under the budget, chat template), without generating: for inspection, and to
+    /// check that retrieved text stays data.
+    pub fn build_prompt(&self, question: &str, opts: &AskOptions) -> Result<BuiltPrompt> {
+        let hits = self.index.search(question, opts.top_k, opts.mode)?;
+        let llm = self.llm()?;
+        let (messages, sources) = cited_prompt(&llm, question, &hits, opts);
+        let tokens =
+            llm.model
+                .chat_template()
+                .encode_chat(llm.model.tokenizer(), &messages, true)?;
+        Ok(BuiltPrompt {
+            messages,
+            tokens,
+            sources,
+        })
+    }
+
     /// Ask with caller-supplied context instead of retrieval (a UI agent passes the current
-    /// screen); `system` optionally replaces the default system prompt.
+    /// screen); `system` optionally becomes the system message. The context is data: it is
+    /// tokenized without special tokens, like retrieved text.
+    ///
+    /// ```no_run
+    /// use rag::assistant::{AskOptions, Assistant, AssistantOptions};
+    /// let mut opts = AssistantOptions::new(".rag-index");
+    /// opts.dense = false; // no retrieval needed: no embedder
+    /// let agent = Assistant::open(opts)?;
+    /// let screen = "<button id=3>Send</button>\n<input id=4>To</input>";
+    /// let answer = agent.ask_with_context(
+    ///     "Task: send the draft. Next action?",
+    ///     screen,
+    ///     Some("Reply with one action: click(ID) or input(ID, \"text\")."),
+    ///     &AskOptions { max_tokens: 16, ..Default::default() },
+    ///     &mut |_| true,
+    /// )?;
+    /// println!("{}", answer.answer);
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
     pub fn ask_with_context(
         &self,
         question: &str,
@@ -331,8 +380,37 @@ impl Assistant {
         self.generate(&llm, &messages, opts, started, on_text)
     }
 
-    /// Async-friendly streaming: events arrive on the channel; the token cancels.
-    /// Runs the generation on tokio's blocking pool.
+    /// Async-friendly streaming: the answer arrives as [`AskEvent`]s on a tokio channel
+    /// (`Text` pieces, then one `Done` with the full [`Answer`], or one `Error`); the
+    /// returned [`CancelToken`] stops generation at the next token (the `Done` answer then
+    /// has `cancelled: true`), and so does dropping the receiver. Generation runs on
+    /// tokio's blocking pool when called inside a runtime, on a plain thread otherwise, so
+    /// an async task awaiting `recv` is never blocked.
+    ///
+    /// ```no_run
+    /// use rag::assistant::{AskEvent, AskOptions, Assistant, AssistantOptions};
+    /// use std::sync::Arc;
+    /// # async fn demo() -> anyhow::Result<()> {
+    /// let assistant = Arc::new(Assistant::open(AssistantOptions::new(".rag-index"))?);
+    /// let (mut events, cancel) =
+    ///     assistant.ask_stream("How long is the warranty?".into(), AskOptions::default());
+    /// let mut pieces = 0;
+    /// while let Some(event) = events.recv().await {
+    ///     match event {
+    ///         AskEvent::Text(piece) => {
+    ///             print!("{piece}");
+    ///             pieces += 1;
+    ///             if pieces == 50 {
+    ///                 cancel.cancel(); // e.g. the user pressed Stop
+    ///             }
+    ///         }
+    ///         AskEvent::Done(answer) => println!("\n{} sources", answer.sources.len()),
+    ///         AskEvent::Error(e) => eprintln!("{e}"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn ask_stream(
         self: &Arc<Self>,
         question: String,
@@ -341,14 +419,22 @@ impl Assistant {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let cancel = opts.cancel.get_or_insert_with(CancelToken::default).clone();
         let me = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
+        let job = move || {
             let mut send = |s: &str| tx.send(AskEvent::Text(s.to_owned())).is_ok();
             let event = match me.ask(&question, &opts, &mut send) {
                 Ok(a) => AskEvent::Done(Box::new(a)),
                 Err(e) => AskEvent::Error(format!("{e:#}")),
             };
             let _ = tx.send(event);
-        });
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(job);
+            }
+            Err(_) => {
+                std::thread::spawn(job);
+            }
+        }
         (rx, cancel)
     }
 
@@ -687,6 +773,47 @@ fn drafting_db(corpus: &TokenDb, conversations: &TokenDb) -> TokenDb {
     db.ingest(corpus);
     db.ingest(conversations);
     db
+}
+
+/// The numbered-sources prompt for `question` over `hits` (best first), and the sources
+/// that fit the context budget, in citation order.
+fn cited_prompt(
+    llm: &Llm,
+    question: &str,
+    hits: &[Hit],
+    opts: &AskOptions,
+) -> (Vec<ChatMessage>, Vec<Source>) {
+    let sources: Vec<PromptSource> = hits
+        .iter()
+        .map(|h| PromptSource {
+            // The model sees the file name only: full paths are noise it tends to copy.
+            label: location(file_name(&h.path), h.lines, h.page),
+            heading: h.heading.clone(),
+            text: h.text.clone(),
+        })
+        .collect();
+    let count = |s: &str| {
+        llm.model
+            .tokenizer()
+            .encode(s, false)
+            .map(|t| t.len())
+            .unwrap_or(s.len())
+    };
+    let assembled = prompt::assemble(question, &sources, opts.context_tokens, &count);
+    let cited = assembled
+        .used
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| Source {
+            number: n + 1,
+            path: hits[i].path.clone(),
+            lines: hits[i].lines,
+            page: hits[i].page,
+            chunk_id: hits[i].chunk_id,
+            score: hits[i].score,
+        })
+        .collect();
+    (assembled.messages, cited)
 }
 
 fn file_name(path: &str) -> &str {

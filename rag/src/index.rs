@@ -84,7 +84,9 @@ pub struct IndexSummary {
     pub files_indexed: u64,
     pub files_unchanged: u64,
     pub files_removed: u64,
-    /// Skipped this run, per reason (unsupported, binary, too-large, timeout, ...).
+    /// Files that produced no chunks, per reason (unsupported, binary, too-large, timeout,
+    /// ...): skipped this run, or skipped by an earlier run and unchanged since (they are
+    /// not re-read, and not counted in `files_unchanged`).
     pub skipped: BTreeMap<String, u64>,
     pub walk_errors: u64,
     pub chunks_added: u64,
@@ -93,6 +95,14 @@ pub struct IndexSummary {
     pub chunks_embedded: u64,
     pub generation: u64,
     pub elapsed: Duration,
+}
+
+/// An unchanged file counts as unchanged, or under its skip reason if it was skipped.
+fn count_unchanged(summary: &mut IndexSummary, status: &str) {
+    match status.strip_prefix("skipped:") {
+        Some(reason) => *summary.skipped.entry(reason.to_string()).or_default() += 1,
+        None => summary.files_unchanged += 1,
+    }
 }
 
 impl IndexSummary {
@@ -373,7 +383,7 @@ impl Index {
             let old = store::doc_state(&self.db(), &path)?;
             if let Some(o) = &old {
                 if o.size == size && o.mtime_ns == mtime_ns && o.config == config {
-                    summary.files_unchanged += 1;
+                    count_unchanged(&mut summary, &o.status);
                     continue;
                 }
             }
@@ -400,7 +410,7 @@ impl Index {
                     if let Some(o) = &old {
                         if o.content_hash == doc.content_hash && o.config == config {
                             touches.push((o.id, size, mtime_ns));
-                            summary.files_unchanged += 1;
+                            count_unchanged(&mut summary, &o.status);
                             continue;
                         }
                     }

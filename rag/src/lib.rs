@@ -1,4 +1,13 @@
-//! rag
+//! rag: a local retrieval-augmented assistant.
+//!
+//! - [`Index`]: the on-disk index of a document folder (SQLite store, BM25, HNSW), built
+//!   incrementally and crash-safely by [`Index::add_paths`], searched by [`Index::search`]
+//!   (BM25, dense or hybrid).
+//! - [`assistant::Assistant`]: the index plus a local LLM behind one thread-safe handle:
+//!   open/create, add/remove documents, retrieve, ask with a token stream and cancellation,
+//!   ask with caller-supplied context. Start there.
+//! - [`prompt`]: numbered sources under a token budget; retrieved text stays data.
+//! - [`models`]: the model manifest and the cache (fetch on first use).
 pub mod ann;
 pub mod assistant;
 pub mod bm25;

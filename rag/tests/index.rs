@@ -1,6 +1,6 @@
 mod common;
 
-use common::{write_corpus, HashEmbedder};
+use common::{write_corpus, write_pdf, HashEmbedder};
 use rag::{Index, IndexOptions, SearchMode};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -95,7 +95,10 @@ fn incremental_runs_touch_only_what_changed() {
     let texts_before = emb.texts.load(Ordering::SeqCst);
     let second = idx.add_paths(&roots, &opts, &no_progress).unwrap();
     assert_eq!(second.files_indexed, 0);
-    assert_eq!(second.files_unchanged, 6);
+    assert_eq!(second.files_unchanged, 4);
+    // The skipped files stay in the summary's count, by their reason, without a re-read.
+    assert_eq!(second.skipped, first.skipped);
+    assert_eq!(second.skipped_total(), 2);
     assert_eq!(second.chunks_added, 0);
     assert_eq!(second.chunks_embedded, 0);
     assert_eq!(emb.texts.load(Ordering::SeqCst), texts_before);
@@ -292,4 +295,119 @@ fn missing_root_is_a_clear_error() {
         )
         .unwrap_err();
     assert!(format!("{err:#}").contains("no such file"));
+}
+
+/// Every input kind the issue names, through the real indexer: what is indexed, with which
+/// location and heading path, and what is skipped (and counted) instead.
+#[test]
+fn every_format_and_every_skip_through_the_indexer() {
+    use std::fs;
+    let corpus = tempfile::tempdir().unwrap();
+    let d = corpus.path();
+    fs::write(d.join(".gitignore"), "drafts/\nscratch.txt\n").unwrap();
+    fs::create_dir_all(d.join("drafts")).unwrap();
+    fs::write(
+        d.join("drafts/plan.md"),
+        "# Plan\n\nzanzibar ignored draft\n",
+    )
+    .unwrap();
+    fs::write(d.join("scratch.txt"), "zanzibar ignored scratch\n").unwrap();
+    fs::create_dir_all(d.join(".private")).unwrap();
+    fs::write(d.join(".private/notes.txt"), "zanzibar hidden dir\n").unwrap();
+    fs::write(d.join(".hidden.txt"), "zanzibar hidden file\n").unwrap();
+    fs::write(
+        d.join("manual.md"),
+        "# Manual\n\nIntro.\n\n## Pairing\n\n### Sensors\n\nHold PAIR for five seconds to pair a wombat sensor.\n",
+    )
+    .unwrap();
+    write_pdf(
+        &d.join("leaflet.pdf"),
+        &[
+            "Page one is about quokkas.",
+            "Page two: the numbat eats termites.",
+        ],
+    );
+    fs::write(
+        d.join("faq.html"),
+        "<html><body><h1>FAQ</h1><h2>Billing</h2><p>Invoices arrive by pelican post.</p></body></html>",
+    )
+    .unwrap();
+    fs::write(
+        d.join("tool.rs"),
+        "// helper\n\nfn dingo_checksum(x: u64) -> u64 {\n    x ^ 0x5bd1e995\n}\n",
+    )
+    .unwrap();
+    // Rendered man page text (`man tool | col -b`) and roff source.
+    fs::write(
+        d.join("tool.txt"),
+        "TOOL(1)    User Commands    TOOL(1)\n\nNAME\n       tool - count platypus eggs\n\nDESCRIPTION\n       tool counts the eggs of every platypus in the burrow.\n",
+    )
+    .unwrap();
+    fs::write(
+        d.join("tool.1"),
+        ".TH TOOL 1\n.SH NAME\ntool \\- count eggs\n.SH OPTIONS\n.TP\n.B \\-v\nPrint every bandicoot it meets.\n",
+    )
+    .unwrap();
+    fs::write(d.join("photo.png"), [0x89u8, b'P', b'N', b'G', 0, 0, 0, 0]).unwrap();
+    fs::write(d.join("data.unknownext"), [7u8, 0, 9, 0, 200, 0]).unwrap();
+    // A 2 GiB file (sparse: costs no disk) is skipped unread, by its size.
+    let huge = fs::File::create(d.join("huge.log")).unwrap();
+    huge.set_len(2 << 30).unwrap();
+    drop(huge);
+
+    let idx_dir = tempfile::tempdir().unwrap();
+    let idx = Index::open(idx_dir.path(), None).unwrap();
+    let t = std::time::Instant::now();
+    let s = idx
+        .add_paths(&[d.to_path_buf()], &IndexOptions::default(), &no_progress)
+        .unwrap();
+    // Correctness, not speed: "unread" means seconds, not the minutes 2 GiB would take.
+    assert!(t.elapsed() < std::time::Duration::from_secs(60));
+    // Hidden and ignored files are not even seen.
+    assert_eq!(s.files_seen, 9, "{s:?}");
+    assert_eq!(s.files_indexed, 6, "{s:?}");
+    assert_eq!(s.skipped.get("unsupported"), Some(&1), "{s:?}");
+    assert_eq!(s.skipped.get("binary"), Some(&1), "{s:?}");
+    assert_eq!(s.skipped.get("too-large"), Some(&1), "{s:?}");
+    assert!(idx
+        .search("zanzibar", 10, SearchMode::Bm25)
+        .unwrap()
+        .is_empty());
+
+    let top = |q: &str| {
+        idx.search(q, 1, SearchMode::Bm25)
+            .unwrap()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no hit for {q}"))
+    };
+    let h = top("wombat sensor");
+    assert!(h.path.ends_with("manual.md"));
+    assert_eq!(h.heading.as_deref(), Some("Manual > Pairing > Sensors"));
+    assert_eq!(h.lines, Some((7, 9)));
+    let h = top("numbat termites");
+    assert!(h.path.ends_with("leaflet.pdf"));
+    assert_eq!((h.page, h.lines), (Some(2), None));
+    assert!(!h.text.contains("quokkas"), "one chunk per page: {h:?}");
+    let h = top("pelican invoices");
+    assert!(h.path.ends_with("faq.html"));
+    assert_eq!(h.heading.as_deref(), Some("FAQ > Billing"));
+    let h = top("dingo_checksum");
+    assert!(h.path.ends_with("tool.rs"));
+    assert_eq!(h.lines, Some((1, 5)));
+    let h = top("platypus burrow");
+    assert!(h.path.ends_with("tool.txt"));
+    assert_eq!(h.heading.as_deref(), Some("DESCRIPTION"));
+    let h = top("bandicoot");
+    assert!(h.path.ends_with("tool.1"));
+    assert_eq!(h.heading.as_deref(), Some("TOOL(1) > OPTIONS"));
+    assert!(!h.text.contains("\\-"), "roff escapes stripped: {h:?}");
+
+    // A re-run re-reads nothing and still reports the skipped files.
+    let again = idx
+        .add_paths(&[d.to_path_buf()], &IndexOptions::default(), &no_progress)
+        .unwrap();
+    assert_eq!(again.files_indexed, 0);
+    assert_eq!(again.files_unchanged, 6);
+    assert_eq!(again.skipped, s.skipped);
 }
