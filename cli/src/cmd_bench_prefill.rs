@@ -1,5 +1,5 @@
 //! `rag bench prefill`: graph-switch schedules for chunked prefill (sync, async,
-//! progressive, progressive-wc, optimal), simulated from a profile or run on a backend.
+//! progressive, progressive-wc, progressive-ls, optimal), simulated from a profile or run on a backend.
 
 use anyhow::{bail, Context};
 use npu_runtime::schedule::choose::{
@@ -22,8 +22,11 @@ pub struct Args {
     backend: String,
     #[arg(long, default_value_t = 1024)]
     prompt_tokens: usize,
-    /// Comma-separated: sync, async, progressive, progressive-wc, optimal.
-    #[arg(long, default_value = "sync,async,progressive,progressive-wc,optimal")]
+    /// Comma-separated: sync, async, progressive, progressive-wc, progressive-ls, optimal.
+    #[arg(
+        long,
+        default_value = "sync,async,progressive,progressive-wc,progressive-ls,optimal"
+    )]
     schedule: String,
     /// Profile JSON (default for sim: the paper-derived Qwen2.5-1.5B phone profile).
     #[arg(long)]

@@ -34,6 +34,10 @@ fn paper_profile_1k_targets() {
     // starts switching in the first chunk and so runs ~2/3 of the steps on the slower G2,
     // is measured at 5.3% (documented in docs/scheduling.md) -- keep it under 6%.
     assert!(wc.makespan() as f64 <= 1.05 * opt.makespan() as f64);
+    let ls = m(ScheduleKind::ProgressiveLs);
+    assert!(
+        opt.makespan() <= ls.makespan() && ls.makespan() as f64 <= 1.05 * opt.makespan() as f64
+    );
     assert!(
         prog.makespan() as f64 <= 1.06 * opt.makespan() as f64,
         "{} vs {}",
@@ -78,32 +82,42 @@ fn random_instance(rng: &mut Rng) -> Instance {
 }
 
 /// 200 seeded instances up to 8 blocks x 4 chunks. Measured when written: the paper's rule
-/// is within 5% of the optimum on about half of them (worst ~34%); the work-conserving
-/// variant on all but about 1% (worst ~7%). The assertions leave a little room.
+/// is within 5% of the optimum on 87 (worst 31%); the work-conserving variant on 198
+/// (worst 7.2%); `progressive-ls` on all 200 (worst 0.62%), which is the target, asserted
+/// per instance. The other assertions leave a little room.
 #[test]
 fn heuristics_against_the_optimum_on_random_instances() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let (mut within_paper, mut within_wc, mut worst_paper, mut worst_wc) =
-        (0usize, 0usize, 0f64, 0f64);
+    let (mut within_paper, mut within_wc, mut worst_paper, mut worst_wc, mut worst_ls) =
+        (0usize, 0usize, 0f64, 0f64, 0f64);
     let total = 200;
     for _ in 0..total {
         let inst = random_instance(&mut rng);
         let opt = solve(&inst).unwrap().makespan as f64;
         let paper = span(&inst, &plan_progressive(&inst)) as f64 / opt - 1.0;
         let wc = span(&inst, &plan_progressive_wc(&inst).unwrap()) as f64 / opt - 1.0;
+        let ls = span(&inst, &ScheduleKind::ProgressiveLs.plan(&inst).unwrap()) as f64 / opt - 1.0;
         assert!(
-            paper >= 0.0 && wc >= 0.0,
+            paper >= 0.0 && wc >= 0.0 && ls >= 0.0,
             "a heuristic beat the exact solver"
         );
+        // The target: within 5% of the optimum on every instance.
+        assert!(
+            ls <= 0.05,
+            "progressive-ls {:.2}% over the optimum on {inst:?}",
+            ls * 100.0
+        );
+        worst_ls = worst_ls.max(ls);
         within_paper += usize::from(paper <= 0.05);
         within_wc += usize::from(wc <= 0.05);
         worst_paper = worst_paper.max(paper);
         worst_wc = worst_wc.max(wc);
     }
     eprintln!(
-        "within 5% of optimum: paper rule {within_paper}/{total} (worst {:.1}%), work-conserving {within_wc}/{total} (worst {:.1}%)",
+        "within 5% of optimum: paper rule {within_paper}/{total} (worst {:.1}%), work-conserving {within_wc}/{total} (worst {:.1}%), local search {total}/{total} (worst {:.2}%)",
         worst_paper * 100.0,
-        worst_wc * 100.0
+        worst_wc * 100.0,
+        worst_ls * 100.0
     );
     assert!(
         within_wc as f64 >= 0.97 * total as f64,
@@ -150,10 +164,128 @@ proptest! {
         prop_assert!(sol.makespan >= inst.ideal_prefill());
         let total_switch: u64 = (0..inst.n_blocks).map(|b| inst.switch_cost(b)).sum();
         prop_assert!(sol.makespan >= total_switch);
-        for plan in [plan_sync(&inst), plan_async(&inst), plan_progressive(&inst), plan_progressive_wc(&inst).unwrap()] {
+        for plan in [plan_sync(&inst), plan_async(&inst), plan_progressive(&inst), plan_progressive_wc(&inst).unwrap(), ScheduleKind::ProgressiveLs.plan(&inst).unwrap()] {
             prop_assert!(span(&inst, &plan) >= sol.makespan);
         }
         // Sync is exactly prefill on G1 plus every switch back to back.
         prop_assert_eq!(span(&inst, &plan_sync(&inst)), inst.ideal_prefill() + total_switch);
+    }
+}
+
+/// `progressive-ls` against hand-computed timelines. 2 blocks x 2 chunks, G1 10, G2 30,
+/// switch 10: the paper's rule runs three steps on G2 (makespan 100). The optimum keeps
+/// every step on G1: P0 switches after its last step (30-40, under P1's step 30-40) and P1
+/// after prefill (40-50), makespan 50; no other plan reaches 50 (P0 cannot start before its
+/// step 20-30 ends without moving that step to G2).
+#[test]
+fn local_search_timeline_expensive_g2() {
+    use npu_runtime::schedule::sim::{Event, EventKind, Unit};
+    use npu_runtime::schedule::{Form, Load};
+    let inst = Instance::uniform(2, 2, 10, 30, 10, 0, 1);
+    assert_eq!(span(&inst, &plan_progressive(&inst)), 100);
+    let plan = ScheduleKind::ProgressiveLs.plan(&inst).unwrap();
+    assert_eq!(
+        plan.loads,
+        vec![
+            Load {
+                block: 0,
+                release: 3
+            },
+            Load {
+                block: 1,
+                release: 4
+            }
+        ]
+    );
+    let sim = simulate(&inst, &plan).unwrap();
+    let compute = |block, chunk, start| Event {
+        unit: Unit::Compute,
+        kind: EventKind::Compute {
+            block,
+            chunk,
+            form: Form::G1,
+        },
+        start,
+        end: start + 10,
+    };
+    let switch = |block, start: u64| {
+        [
+            Event {
+                unit: Unit::Loader,
+                kind: EventKind::Unload {
+                    block,
+                    form: Form::G1,
+                },
+                start,
+                end: start,
+            },
+            Event {
+                unit: Unit::Loader,
+                kind: EventKind::Load {
+                    block,
+                    form: Form::G2,
+                },
+                start,
+                end: start + 10,
+            },
+        ]
+    };
+    let mut want = vec![compute(0, 0, 0), compute(1, 0, 10), compute(0, 1, 20)];
+    want.extend(switch(0, 30));
+    want.push(compute(1, 1, 30));
+    want.extend(switch(1, 40));
+    assert_eq!(sim.events, want);
+    assert_eq!((sim.prefill_end, sim.switch_end), (40, 50));
+}
+
+/// The paper profile with a 256-token prompt (7 blocks x 1 chunk; G1 27.113 ms, G2 29.824
+/// ms, switch 43.794 ms). The switches (7 x 43.794 = 306.558 ms) outlast prefill (189.8 ms),
+/// so the makespan is at least 306.558 ms, reached when the loader never idles (e.g. P6 switches
+/// at 0 (its one step then runs on G2 at the end), every other block right after its G1
+/// step, back to back). The paper's rule idles the loader between its rounds and is 10.2%
+/// over that bound; `progressive-ls` reaches it, and so does the exact solver.
+#[test]
+fn local_search_reaches_the_loader_bound_on_the_paper_profile_at_256() {
+    use npu_runtime::schedule::sim::{EventKind, Unit};
+    let inst = Instance::from_profile(&Profile::paper_phone(), 256, MemoryBudget::OneFormPerBlock)
+        .unwrap();
+    assert_eq!((inst.n_blocks, inst.n_chunks), (7, 1));
+    let bound = 7 * 43_794_000;
+    assert_eq!(solve(&inst).unwrap().makespan, bound);
+    let paper = span(&inst, &plan_progressive(&inst));
+    assert!(paper as f64 > 1.10 * bound as f64, "paper rule {paper}");
+    let sim = simulate(&inst, &ScheduleKind::ProgressiveLs.plan(&inst).unwrap()).unwrap();
+    assert_eq!(sim.makespan(), bound);
+    // The loader runs from 0 without a gap, and no block computes while it switches.
+    let loads: Vec<_> = sim
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Load { .. }))
+        .collect();
+    assert_eq!(loads.first().unwrap().start, 0);
+    assert!(loads.windows(2).all(|w| w[0].end == w[1].start));
+    for e in sim.events.iter().filter(|e| e.unit == Unit::Compute) {
+        let EventKind::Compute { block, .. } = e.kind else {
+            unreachable!()
+        };
+        let l = loads
+            .iter()
+            .find(|l| matches!(l.kind, EventKind::Load { block: b, .. } if b == block))
+            .unwrap();
+        assert!(e.end <= l.start || e.start >= l.end, "{e:?} overlaps {l:?}");
+    }
+}
+
+/// `progressive-ls` starts from the paper rule's and the work-conserving plans, so it can
+/// never be worse than either; checked on 300 seeded instances of the random family, with
+/// the plan it returns re-simulated.
+#[test]
+fn local_search_is_never_worse_than_the_greedy() {
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    for _ in 0..300 {
+        let inst = random_instance(&mut rng);
+        let ls = span(&inst, &ScheduleKind::ProgressiveLs.plan(&inst).unwrap());
+        assert!(ls <= span(&inst, &plan_progressive(&inst)));
+        assert!(ls <= span(&inst, &plan_progressive_wc(&inst).unwrap()));
     }
 }

@@ -10,7 +10,9 @@
 //!   stored as JSON and cached per model, backend and machine.
 //! - [`instance`]: a profile turned into an exact integer-time problem for one prompt.
 //! - [`plan`]: a schedule (which block loads, in which order, released at which step) and the
-//!   planners: `sync`, `async`, `progressive` (the paper's greedy) and `optimal`.
+//!   planners: `sync`, `async`, `progressive` (the paper's greedy), `progressive-wc`,
+//!   `progressive-ls` and `optimal`.
+//! - [`improve`]: `progressive-ls`, the greedy's plans improved by local search.
 //! - [`exact`]: the exact solver for small instances (the problem is NP-hard).
 //! - [`sim`]: the discrete-event simulator that executes a plan against an instance.
 //! - [`exec`]: the same plans driving a real backend through [`exec::ScheduleExecutor`].
@@ -26,6 +28,7 @@ pub mod cpu;
 pub mod exact;
 pub mod exec;
 pub mod graph_exec;
+pub mod improve;
 pub mod instance;
 pub mod plan;
 pub mod profile;

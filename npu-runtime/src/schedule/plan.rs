@@ -44,16 +44,20 @@ pub enum ScheduleKind {
     /// The same rule started at the step that minimises the simulated makespan (a 1-D
     /// search; it switches as late as the loads can still be hidden).
     ProgressiveWc,
+    /// `progressive` and `progressive-wc` improved by local search on the simulator
+    /// ([`super::improve`]); never worse than either.
+    ProgressiveLs,
     /// Exact optimum (small instances only).
     Optimal,
 }
 
 impl ScheduleKind {
-    pub const ALL: [ScheduleKind; 5] = [
+    pub const ALL: [ScheduleKind; 6] = [
         ScheduleKind::Sync,
         ScheduleKind::Async,
         ScheduleKind::Progressive,
         ScheduleKind::ProgressiveWc,
+        ScheduleKind::ProgressiveLs,
         ScheduleKind::Optimal,
     ];
 
@@ -63,6 +67,7 @@ impl ScheduleKind {
             ScheduleKind::Async => "async",
             ScheduleKind::Progressive => "progressive",
             ScheduleKind::ProgressiveWc => "progressive-wc",
+            ScheduleKind::ProgressiveLs => "progressive-ls",
             ScheduleKind::Optimal => "optimal",
         }
     }
@@ -73,7 +78,7 @@ impl ScheduleKind {
             .find(|k| k.name() == s.trim())
             .ok_or_else(|| {
                 ScheduleError::Plan(format!(
-                    "unknown schedule {s:?} (known: sync, async, progressive, progressive-wc, optimal)"
+                    "unknown schedule {s:?} (known: sync, async, progressive, progressive-wc, progressive-ls, optimal)"
                 ))
             })
     }
@@ -85,6 +90,7 @@ impl ScheduleKind {
             ScheduleKind::Async => Ok(plan_async(inst)),
             ScheduleKind::Progressive => Ok(plan_progressive(inst)),
             ScheduleKind::ProgressiveWc => plan_progressive_wc(inst),
+            ScheduleKind::ProgressiveLs => super::improve::plan_local_search(inst),
             ScheduleKind::Optimal => super::exact::solve(inst).map(|s| s.plan),
         }
     }

@@ -102,13 +102,30 @@ impl SimResult {
 pub fn simulate(inst: &Instance, plan: &Plan) -> Result<SimResult> {
     inst.validate()?;
     plan.validate(inst)?;
+    Ok(run(inst, plan, true))
+}
+
+/// `max(prefill completion, switch completion)` of a plan already known to be valid for
+/// `inst`, without recording the timeline: the same code path as [`simulate`], for
+/// planners that evaluate many candidate plans.
+pub(crate) fn makespan_of_valid(inst: &Instance, plan: &Plan) -> u64 {
+    debug_assert!(plan.validate(inst).is_ok());
+    run(inst, plan, false).makespan()
+}
+
+/// The simulator proper; `record` keeps the events (and forms) of the timeline.
+fn run(inst: &Instance, plan: &Plan, record: bool) -> SimResult {
     let n = inst.n_blocks;
     let steps = inst.n_steps();
     let double = inst.double_resident();
     let release = plan.release_of(n);
     let mut load_done = vec![0u64; n];
-    let mut events = Vec::with_capacity(steps + 2 * plan.loads.len());
-    let mut forms = Vec::with_capacity(steps);
+    let mut events = Vec::with_capacity(if record {
+        steps + 2 * plan.loads.len()
+    } else {
+        0
+    });
+    let mut forms = Vec::with_capacity(if record { steps } else { 0 });
     let mut mem: u64 = inst.mem_g1.iter().sum();
     let mut peak_mem = mem;
     let mut loader_free = 0u64;
@@ -122,33 +139,45 @@ pub fn simulate(inst: &Instance, plan: &Plan) -> Result<SimResult> {
             let start = loader_free.max(t);
             let end = if double {
                 peak_mem = peak_mem.max(mem + inst.mem_g2[j]);
-                events.push(loader(
-                    EventKind::Load {
-                        block: j,
-                        form: Form::G2,
-                    },
-                    start,
-                    start + inst.load[j],
-                ));
+                push(
+                    &mut events,
+                    record,
+                    loader(
+                        EventKind::Load {
+                            block: j,
+                            form: Form::G2,
+                        },
+                        start,
+                        start + inst.load[j],
+                    ),
+                );
                 start + inst.load[j]
             } else {
                 let mid = start + inst.unload[j];
-                events.push(loader(
-                    EventKind::Unload {
-                        block: j,
-                        form: Form::G1,
-                    },
-                    start,
-                    mid,
-                ));
-                events.push(loader(
-                    EventKind::Load {
-                        block: j,
-                        form: Form::G2,
-                    },
-                    mid,
-                    mid + inst.load[j],
-                ));
+                push(
+                    &mut events,
+                    record,
+                    loader(
+                        EventKind::Unload {
+                            block: j,
+                            form: Form::G1,
+                        },
+                        start,
+                        mid,
+                    ),
+                );
+                push(
+                    &mut events,
+                    record,
+                    loader(
+                        EventKind::Load {
+                            block: j,
+                            form: Form::G2,
+                        },
+                        mid,
+                        mid + inst.load[j],
+                    ),
+                );
                 peak_mem = peak_mem.max(mem - inst.mem_g1[j] + inst.mem_g2[j]);
                 mid + inst.load[j]
             };
@@ -173,28 +202,40 @@ pub fn simulate(inst: &Instance, plan: &Plan) -> Result<SimResult> {
         } else {
             inst.g2[s]
         };
-        events.push(Event {
-            unit: Unit::Compute,
-            kind: EventKind::Compute {
-                block: b,
-                chunk: inst.chunk_of(s),
-                form,
+        push(
+            &mut events,
+            record,
+            Event {
+                unit: Unit::Compute,
+                kind: EventKind::Compute {
+                    block: b,
+                    chunk: inst.chunk_of(s),
+                    form,
+                },
+                start,
+                end: start + dur,
             },
-            start,
-            end: start + dur,
-        });
-        forms.push(form);
+        );
+        if record {
+            forms.push(form);
+        }
         t = start + dur;
     }
     let prefill_end = t;
-    Ok(SimResult {
+    SimResult {
         events,
         forms,
         prefill_end,
         switch_end,
         peak_mem,
         metrics: Metrics::from_times(inst, prefill_end, switch_end),
-    })
+    }
+}
+
+fn push(events: &mut Vec<Event>, record: bool, e: Event) {
+    if record {
+        events.push(e);
+    }
 }
 
 fn loader(kind: EventKind, start: u64, end: u64) -> Event {
