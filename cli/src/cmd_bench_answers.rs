@@ -20,7 +20,10 @@ pub struct Args {
     #[arg(long, default_value = "bench/answers/questions.jsonl")]
     pub questions: PathBuf,
     /// Comma-separated model names or GGUF paths.
-    #[arg(long, default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
+    #[arg(
+        long,
+        default_value = "smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b"
+    )]
     pub models: String,
     #[arg(long, default_value_t = 96)]
     pub max_tokens: usize,
@@ -89,6 +92,7 @@ pub fn run(a: Args) -> Result<()> {
             serde_json::from_str(l).with_context(|| format!("{}:{}", a.questions.display(), i + 1))
         })
         .collect::<Result<_>>()?;
+    let load_start = crate::cmd_bench_retrieval::load_average();
     let index_dir =
         ScratchDir(std::env::temp_dir().join(format!("rag-bench-answers-{}", std::process::id())));
     let mut results = Vec::new();
@@ -164,6 +168,41 @@ pub fn run(a: Args) -> Result<()> {
             r.failed.join(", ")
         )?;
     }
+    let choice = choose_default(&results);
+    if let Some(best) = choice {
+        let verdict = if best.model == rag::models::DEFAULT_MODEL {
+            "which is `rag::models::DEFAULT_MODEL`".to_owned()
+        } else {
+            format!(
+                "but `rag::models::DEFAULT_MODEL` is {}: update it",
+                rag::models::DEFAULT_MODEL
+            )
+        };
+        writeln!(
+            table,
+            "\nChoice rule: the most correct answers; among equals, the lowest median TTFT. Chosen: **{}** ({}/{}), {verdict}.",
+            best.model, best.correct, best.questions
+        )?;
+        let tied: Vec<&str> = results
+            .iter()
+            .filter(|r| r.correct == best.correct)
+            .map(|r| r.model.as_str())
+            .collect();
+        if tied.len() > 1 {
+            writeln!(
+                table,
+                "{} tie at the top: this question set cannot tell them apart, so the choice among them rests on TTFT alone.",
+                tied.join(" and ")
+            )?;
+        }
+    }
+    let load = |l: Option<f64>| l.map_or("?".to_owned(), |v| format!("{v:.1}"));
+    writeln!(
+        table,
+        "\nLoad average (1 min) at start / end: {} / {} (TTFT and tok/s depend on it; the correct counts do not: greedy decoding).",
+        load(load_start),
+        load(crate::cmd_bench_retrieval::load_average())
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
@@ -179,9 +218,42 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// The default model: the most correct answers, then the lowest median TTFT.
+fn choose_default(results: &[ModelResult]) -> Option<&ModelResult> {
+    results.iter().min_by(|a, b| {
+        b.correct
+            .cmp(&a.correct)
+            .then(a.ttft_ms_median.total_cmp(&b.ttft_ms_median))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn result(model: &str, correct: usize, ttft: f64) -> ModelResult {
+        ModelResult {
+            model: model.into(),
+            correct,
+            questions: 12,
+            ttft_ms_median: ttft,
+            decode_tok_s_median: 0.0,
+            failed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn default_is_most_correct_then_fastest() {
+        let r = [
+            result("a", 4, 100.0),
+            result("b", 12, 900.0),
+            result("c", 12, 800.0),
+        ];
+        assert_eq!(choose_default(&r).unwrap().model, "c");
+        let r = [result("a", 11, 100.0), result("b", 12, 900.0)];
+        assert_eq!(choose_default(&r).unwrap().model, "b");
+        assert!(choose_default(&[]).is_none());
+    }
 
     #[test]
     fn every_fact_needs_one_spelling() {

@@ -396,7 +396,7 @@ fn synth_corpus(dir: &Path, vocab_from: &[PathBuf], chunks: usize) -> Result<usi
 }
 
 /// The 1-minute load average (Linux), to tell a shared machine's figures from a quiet one's.
-fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()

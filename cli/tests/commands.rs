@@ -1,0 +1,279 @@
+//! The `rag index`, `rag search` and `rag ask` commands as a user runs them: output shapes
+//! (`--json` schemas of docs/json-schemas.md), the summary on a non-terminal stderr (no
+//! progress bar), citations at the end of a streamed answer, and `rag ask` answering from
+//! the last committed index while `rag index` rewrites it.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn rag(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rag"));
+    c.args(args);
+    c
+}
+
+fn run_ok(c: &mut Command) -> Output {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn sample_corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus")
+}
+
+fn model_available() -> bool {
+    let present = rag::models::resolve("smollm2-135m").is_ok();
+    if !present && std::env::var_os("RAG_SKIP_MODEL_TESTS").is_none() {
+        panic!("smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m");
+    }
+    present
+}
+
+fn index_sample(idx: &Path) -> Output {
+    run_ok(
+        rag(&["index", "--no-dense", "--index-dir"])
+            .arg(idx)
+            .arg(sample_corpus()),
+    )
+}
+
+#[test]
+fn index_summary_without_a_terminal_has_no_progress_bar() {
+    let idx = tempfile::tempdir().unwrap();
+    // stderr is a pipe here, not a terminal: only the summary line may appear.
+    let out = index_sample(idx.path());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(!err.contains('\r') && !err.contains('\u{1b}'), "{err:?}");
+    for field in [
+        "indexed 12 files",
+        "12 new/changed",
+        "0 skipped",
+        "chunks:",
+        " s (",
+        "chunks/s",
+    ] {
+        assert!(err.contains(field), "missing {field:?} in {err:?}");
+    }
+    // The JSON summary of an unchanged re-run.
+    let out = run_ok(
+        rag(&["index", "--no-dense", "--json", "--index-dir"])
+            .arg(idx.path())
+            .arg(sample_corpus()),
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["files_seen"], 12);
+    assert_eq!(s["files_unchanged"], 12);
+    assert_eq!(s["chunks_added"], 0);
+    for key in [
+        "files_indexed",
+        "files_removed",
+        "skipped",
+        "walk_errors",
+        "chunks_removed",
+        "chunks_total",
+        "chunks_embedded",
+        "generation",
+        "elapsed",
+    ] {
+        assert!(s.get(key).is_some(), "missing {key} in {s}");
+    }
+}
+
+#[test]
+fn search_json_schema() {
+    let idx = tempfile::tempdir().unwrap();
+    index_sample(idx.path());
+    let out = run_ok(
+        rag(&[
+            "search",
+            "factory reset",
+            "--no-dense",
+            "--json",
+            "-k",
+            "3",
+            "--index-dir",
+        ])
+        .arg(idx.path()),
+    );
+    let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    // Only two chunks mention the terms at all (BM25, top 3 asked).
+    assert_eq!(hits.len(), 2);
+    let top = &hits[0];
+    assert!(top["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("troubleshooting.md"));
+    assert!(top["chunk_id"].is_i64());
+    assert!(top["score"].is_f64());
+    assert_eq!(top["lines"].as_array().unwrap().len(), 2);
+    assert!(top["page"].is_null());
+    assert!(top["heading"].as_str().unwrap().contains("Factory reset"));
+    assert!(top["text"].as_str().unwrap().contains("PAIR"));
+    assert_eq!(top["bm25_rank"], 1);
+    assert!(top["dense_rank"].is_null());
+    assert!(hits
+        .windows(2)
+        .all(|w| w[0]["score"].as_f64() >= w[1]["score"].as_f64()));
+}
+
+#[test]
+fn ask_json_schema_and_streamed_citations() {
+    if !model_available() {
+        return;
+    }
+    let idx = tempfile::tempdir().unwrap();
+    index_sample(idx.path());
+    let ask = |json: bool| {
+        let mut c = rag(&[
+            "ask",
+            "How do I do a factory reset of the Kestrel K2 console?",
+            "--model",
+            "smollm2-135m",
+            "--no-dense",
+            "--max-tokens",
+            "12",
+            "--threads",
+            "2",
+            "--index-dir",
+        ]);
+        c.arg(idx.path());
+        if json {
+            c.arg("--json");
+        }
+        run_ok(&mut c)
+    };
+    let out = ask(true);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The fields issue 4 names, with their types.
+    assert!(v["answer"].is_string());
+    let n = v["tokens_generated"].as_u64().unwrap();
+    assert!(n > 0 && n <= 12, "{v}");
+    for t in ["retrieve_ms", "prefill_ms", "decode_ms", "decode_tok_s"] {
+        assert!(
+            v["timings"][t].as_f64().unwrap() >= 0.0,
+            "timings.{t} in {v}"
+        );
+    }
+    let sources = v["sources"].as_array().unwrap();
+    assert!(!sources.is_empty());
+    for s in sources {
+        assert!(s["path"].is_string());
+        assert!(s["chunk_id"].is_i64());
+        assert!(s["score"].is_f64());
+        let lines = s.get("lines").and_then(Value::as_array);
+        let page = s.get("page").and_then(Value::as_u64);
+        match (lines, page) {
+            (Some(l), None) => assert!(l.len() == 2 && l[0].as_u64() <= l[1].as_u64()),
+            (None, Some(_)) => {}
+            // HTML has neither (no source lines, no pages).
+            (None, None) => assert!(s["path"].as_str().unwrap().ends_with(".html"), "{s}"),
+            (Some(_), Some(_)) => panic!("both lines and page: {s}"),
+        }
+    }
+    assert!(sources
+        .iter()
+        .any(|s| s["path"].as_str().unwrap().ends_with("troubleshooting.md")));
+
+    // Text mode: the answer streams, then the numbered citations close the output.
+    let out = ask(false);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (answer, cites) = text.rsplit_once("\nSources:\n").expect("a Sources block");
+    assert!(!answer.trim().is_empty());
+    let cites: Vec<&str> = cites.lines().collect();
+    assert_eq!(cites.len(), sources.len());
+    for (i, c) in cites.iter().enumerate() {
+        let (num, loc) = c.split_once(' ').unwrap();
+        assert_eq!(num, format!("[{}]", i + 1));
+        let path = sources[i]["path"].as_str().unwrap();
+        match sources[i].get("lines").and_then(Value::as_array) {
+            Some(l) => assert_eq!(loc, format!("{path}:{}-{}", l[0], l[1])),
+            None => assert!(loc.starts_with(path), "{c}"),
+        }
+    }
+}
+
+fn write_corpus(dir: &Path, files: usize, extra: &str) {
+    for i in 0..files {
+        let sub = dir.join(format!("part{}", i % 5));
+        std::fs::create_dir_all(&sub).unwrap();
+        let mut body = format!("# Document {i}\n\n");
+        for s in 0..5 {
+            body += &format!("## Section {s}\n\n");
+            for l in 0..10 {
+                body += &format!(
+                    "Line {l} of section {s} in document {i} mentions token{} {extra}.\n",
+                    (i * 31 + l) % 97
+                );
+            }
+            body.push('\n');
+        }
+        std::fs::write(sub.join(format!("doc{i}.md")), body).unwrap();
+    }
+}
+
+#[test]
+fn ask_answers_while_index_rewrites_everything() {
+    if !model_available() {
+        return;
+    }
+    let corpus = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path(), 400, "");
+    std::fs::write(
+        corpus.path().join("otters.md"),
+        "# Otters\n\nThe otter daemon listens on port 7311.\n",
+    )
+    .unwrap();
+    let idx = tempfile::tempdir().unwrap();
+    let index = || {
+        let mut c = rag(&["index", "--no-dense", "--commit-every", "40", "--index-dir"]);
+        c.arg(idx.path())
+            .arg(corpus.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    };
+    assert!(index().status().unwrap().success());
+    // Every document changes: the writer re-parses and re-commits all of them.
+    write_corpus(corpus.path(), 400, "and zebras");
+    let mut writer = index().spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let writer_running = writer.try_wait().unwrap().is_none();
+    let out = run_ok(
+        rag(&[
+            "ask",
+            "Which port does the otter daemon listen on?",
+            "--model",
+            "smollm2-135m",
+            "--no-dense",
+            "--max-tokens",
+            "6",
+            "--threads",
+            "1",
+            "--json",
+            "--index-dir",
+        ])
+        .arg(idx.path()),
+    );
+    assert!(writer.wait().unwrap().success());
+    assert!(
+        writer_running,
+        "the writer finished before the question was asked: grow the corpus"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["sources"][0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("otters.md"));
+}
