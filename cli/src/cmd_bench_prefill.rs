@@ -49,14 +49,14 @@ pub struct Args {
     #[arg(long)]
     blocks: Option<usize>,
     /// cpu/qnn: tokens per prefill chunk, the G1 shape (default: the warm-up's choice; the
-    /// first layout profiled uses 128 on cpu, 8 on qnn).
+    /// first layout profiled uses 128 on cpu, 16 on qnn).
     #[arg(long)]
     chunk: Option<usize>,
-    /// cpu/qnn: tokens per G2 run, the decode/verify shape (default 32 on cpu, 4 on qnn).
+    /// cpu/qnn: tokens per G2 run, the decode/verify shape (default 32 on cpu; on qnn the chunk: the QNN executor requires G2 = chunk).
     #[arg(long)]
     g2: Option<usize>,
     /// cpu/qnn: chunk sizes the warm-up may choose from (comma-separated; default
-    /// 32,64,128,256 on cpu, 8,16 on qnn).
+    /// 32,64,128,256 on cpu, 16 on qnn).
     #[arg(long)]
     choose_chunks: Option<String>,
     /// cpu/qnn: layouts warm-up may measure besides the first (default 3 on cpu, 1 on qnn).
@@ -98,12 +98,14 @@ const CPU_DEFAULTS: RealDefaults = RealDefaults {
     reps: 3,
 };
 
-/// The HTP emulator runs a 15-layer block at 8 tokens in seconds: small shapes.
+/// The HTP emulator runs a 15-layer block over a chunk in seconds: small shapes. On QNN the
+/// G2 form must compute a chunk in one run, as G1 does (`schedule::qnn`: otherwise the
+/// output depends on the schedule), so G2 = chunk = 16, the smallest precise HTP graph.
 const QNN_DEFAULTS: RealDefaults = RealDefaults {
     blocks: 2,
-    chunk: 8,
-    g2: 4,
-    chunks: &[8, 16],
+    chunk: 16,
+    g2: 16,
+    chunks: &[16],
     measure: 1,
     warmup_reps: 1,
     reps: 1,
@@ -463,7 +465,12 @@ where
     use npu_runtime::schedule::profile::{cache_dir, cache_path, machine_id};
     use npu_runtime::schedule::warmup::{warmup_profile, WarmupConfig};
     use std::cell::RefCell;
-    let g2 = args.g2.unwrap_or(d.g2);
+    // On QNN G2 must equal the chunk (see QNN_DEFAULTS), so a given --chunk sets it too.
+    let g2 = match (args.g2, backend) {
+        (Some(g), _) => g,
+        (None, "qnn") => args.chunk.unwrap_or(d.g2),
+        (None, _) => d.g2,
+    };
     let kv_cap = (args.prompt_tokens + g2 + 1).next_multiple_of(64);
     if kv_cap > model.config().ctx_len {
         bail!(

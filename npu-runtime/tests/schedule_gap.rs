@@ -428,3 +428,37 @@ fn study_gap_distribution() {
         );
     }
 }
+
+/// Prints one instance of the set with every schedule's plan and timeline:
+/// `GAP_INSTANCE="family #586" cargo test ... --test schedule_gap show_instance -- --ignored --nocapture`.
+#[test]
+#[ignore = "debugging aid for the study"]
+fn show_instance() {
+    let Ok(label) = std::env::var("GAP_INSTANCE") else {
+        return;
+    };
+    let set = instance_set();
+    let (_, _, inst) = set
+        .iter()
+        .find(|(_, l, _)| *l == label)
+        .expect("no such instance");
+    println!("{inst:?}");
+    let opt = solve(inst).unwrap();
+    let mut plans = vec![("optimal".to_string(), opt.plan.clone())];
+    for k in KINDS {
+        plans.push((k.name().to_string(), k.plan(inst).unwrap()));
+    }
+    for (name, plan) in plans {
+        let sim = simulate(inst, &plan).unwrap();
+        println!(
+            "{name}: makespan {} ({:+.2}%), loads {:?}\n{}",
+            sim.makespan(),
+            (sim.makespan() as f64 / opt.makespan as f64 - 1.0) * 100.0,
+            plan.loads
+                .iter()
+                .map(|l| (l.block, l.release))
+                .collect::<Vec<_>>(),
+            npu_runtime::schedule::sim::render(&sim.events)
+        );
+    }
+}
