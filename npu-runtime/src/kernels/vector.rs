@@ -2,6 +2,7 @@
 //! value never depends on batch size, thread count or ISA.
 
 use super::simd::{detected, Isa};
+use half::f16;
 
 /// Dot product. Canonical order: 16 partial sums, partial `l` accumulating
 /// elements `i ≡ l (mod 16)` of the full 16-chunks with fused multiply-add;
@@ -518,6 +519,219 @@ unsafe fn axpy_multi_block<const H: usize, const NV: usize>(
     }
 }
 
+/// `x` rounded to the nearest IEEE binary16, ties to even (the KV cache's write rule).
+/// Beyond the largest finite half (65504) values from 65520 up round to infinity; below
+/// 2^-14 they become subnormal halves; NaN stays NaN (quiet, sign and the top payload
+/// bits kept), as F16C's `vcvtps2ph` does. Pure integer/IEEE steps, so the same on
+/// every CPU (tested against the `half` crate's hardware and software conversions).
+pub fn f32_to_f16(x: f32) -> f16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let abs = b & 0x7FFF_FFFF;
+    let h = if abs > 0x7F80_0000 {
+        0x7E00 | ((abs >> 13) & 0x3FF) as u16
+    } else if abs >= 0x477F_F000 {
+        0x7C00
+    } else if abs >= 0x3880_0000 {
+        // Normal half: rebias the exponent (127 -> 15), then round the 13 dropped
+        // mantissa bits half-to-even; a carry correctly bumps the exponent.
+        let e = abs - 0x3800_0000;
+        ((e + 0x0FFF + ((e >> 13) & 1)) >> 13) as u16
+    } else {
+        // Subnormal half: the value in units of 2^-24 (exact power-of-two scaling),
+        // rounded half-to-even; 1024 is the smallest normal's encoding.
+        (f32::from_bits(abs) * 16_777_216.0).round_ties_even() as u16
+    };
+    f16::from_bits(sign | h)
+}
+
+/// `dst[i] = f32_to_f16(src[i])`.
+pub fn f32_to_f16_slice(src: &[f32], dst: &mut [f16]) {
+    assert_eq!(src.len(), dst.len(), "f32_to_f16_slice: length mismatch");
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = f32_to_f16(s);
+    }
+}
+
+/// Widens `n_rows` f16 rows of `len` at `stride` into `dst` (`n_rows` rows of `len`,
+/// packed). f16 -> f32 is exact, so every ISA gives the same bits.
+pub fn f16_rows_to_f32_with_isa(
+    isa: Isa,
+    src: &[f16],
+    stride: usize,
+    n_rows: usize,
+    len: usize,
+    dst: &mut [f32],
+) {
+    if n_rows == 0 || len == 0 {
+        return;
+    }
+    assert!(
+        (n_rows - 1) * stride + len <= src.len() && n_rows * len <= dst.len(),
+        "f16_rows_to_f32: rows too short"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && isa.is_supported() {
+        // SAFETY: the CPU supports AVX-512F; bounds were checked above.
+        return unsafe { widen_rows_avx512(src, stride, n_rows, len, dst) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && isa.is_supported() {
+        // SAFETY: every non-portable ISA implies AVX2 and F16C; bounds checked above.
+        return unsafe { widen_rows_f16c(src, stride, n_rows, len, dst) };
+    }
+    let _ = isa;
+    for (j, d) in dst.chunks_exact_mut(len).take(n_rows).enumerate() {
+        for (d, s) in d.iter_mut().zip(&src[j * stride..][..len]) {
+            *d = s.to_f32();
+        }
+    }
+}
+
+/// # Safety
+/// AVX-512F; `src` holds `(n_rows - 1) * stride + len` halves, `dst` `n_rows * len` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,f16c")]
+unsafe fn widen_rows_avx512(
+    src: &[f16],
+    stride: usize,
+    n_rows: usize,
+    len: usize,
+    dst: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let full = len - len % 16;
+    for j in 0..n_rows {
+        let (s, d) = (&src[j * stride..][..len], &mut dst[j * len..][..len]);
+        let mut c = 0;
+        while c < full {
+            // SAFETY: c + 16 <= len for both the 16 halves read and the 16 floats written.
+            unsafe {
+                let h = _mm256_loadu_si256(s.as_ptr().add(c) as *const __m256i);
+                _mm512_storeu_ps(d.as_mut_ptr().add(c), _mm512_cvtph_ps(h));
+            }
+            c += 16;
+        }
+        for (d, s) in d[full..].iter_mut().zip(&s[full..]) {
+            *d = s.to_f32();
+        }
+    }
+}
+
+/// # Safety
+/// AVX2 + F16C; same bounds as [`widen_rows_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn widen_rows_f16c(src: &[f16], stride: usize, n_rows: usize, len: usize, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let full = len - len % 8;
+    for j in 0..n_rows {
+        let (s, d) = (&src[j * stride..][..len], &mut dst[j * len..][..len]);
+        let mut c = 0;
+        while c < full {
+            // SAFETY: c + 8 <= len for both the 8 halves read and the 8 floats written.
+            unsafe {
+                let h = _mm_loadu_si128(s.as_ptr().add(c) as *const __m128i);
+                _mm256_storeu_ps(d.as_mut_ptr().add(c), _mm256_cvtph_ps(h));
+            }
+            c += 8;
+        }
+        for (d, s) in d[full..].iter_mut().zip(&s[full..]) {
+            *d = s.to_f32();
+        }
+    }
+}
+
+/// Rows per widened block of an f16 row kernel: what fits `tile`, a multiple of 16 (the
+/// AVX-512 dot kernel's row block) when at least 16 fit.
+fn tile_rows(kernel: &str, tile: usize, len: usize) -> usize {
+    let cap = tile / len.max(1);
+    assert!(cap > 0, "{kernel}: tile smaller than one row");
+    if cap >= 16 {
+        cap / 16 * 16
+    } else {
+        cap
+    }
+}
+
+/// [`dot_rows_multi_with_isa`] over f16 rows (the KV cache's K):
+/// `out[a * out_stride + j] = dot_f32(q_a, row_j as f32)`. Blocks of rows are widened
+/// once into `tile` (exact) and then serve every query from L1, so the conversion is paid
+/// once per row, not once per query-row pair; the bits are those of the f32 kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn dot_rows_multi_f16_with_isa(
+    isa: Isa,
+    q: &[f32],
+    len: usize,
+    rows: &[f16],
+    stride: usize,
+    n_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+    tile: &mut [f32],
+) {
+    let shape = MultiShape {
+        len,
+        stride,
+        n_rows,
+        per_query_stride: out_stride,
+    };
+    if shape
+        .check("dot_rows_multi_f16", q.len(), rows.len(), out.len())
+        .is_none()
+    {
+        return;
+    }
+    let blk = tile_rows("dot_rows_multi_f16", tile.len(), len);
+    let mut j0 = 0;
+    while j0 < n_rows {
+        let r = blk.min(n_rows - j0);
+        let t = &mut tile[..r * len];
+        f16_rows_to_f32_with_isa(isa, &rows[j0 * stride..], stride, r, len, t);
+        dot_rows_multi_with_isa(isa, q, len, t, len, r, &mut out[j0..], out_stride);
+        j0 += r;
+    }
+}
+
+/// [`axpy_rows_multi_with_isa`] over f16 rows (the KV cache's V): for every query `a`,
+/// `acc[a * len + d] += w[a * w_stride + j] * (row_j[d] as f32)`, rows ascending, fused.
+/// Blocks of rows are widened once into `tile` and accumulated by every query; the bits
+/// are those of the f32 kernel (per element, the same fused steps in row order).
+#[allow(clippy::too_many_arguments)]
+pub fn axpy_rows_multi_f16_with_isa(
+    isa: Isa,
+    w: &[f32],
+    w_stride: usize,
+    n_rows: usize,
+    rows: &[f16],
+    stride: usize,
+    acc: &mut [f32],
+    len: usize,
+    tile: &mut [f32],
+) {
+    let shape = MultiShape {
+        len,
+        stride,
+        n_rows,
+        per_query_stride: w_stride,
+    };
+    if shape
+        .check("axpy_rows_multi_f16", acc.len(), rows.len(), w.len())
+        .is_none()
+    {
+        return;
+    }
+    let blk = tile_rows("axpy_rows_multi_f16", tile.len(), len);
+    let mut j0 = 0;
+    while j0 < n_rows {
+        let r = blk.min(n_rows - j0);
+        let t = &mut tile[..r * len];
+        f16_rows_to_f32_with_isa(isa, &rows[j0 * stride..], stride, r, len, t);
+        axpy_rows_multi_with_isa(isa, &w[j0..], w_stride, r, t, len, acc, len);
+        j0 += r;
+    }
+}
+
 /// Canonical `e^x` for `x <= 0` (softmax weights): Cephes-style range reduction
 /// `x = n·ln2 + r` (two-constant split, `n` rounded half-to-even) and a degree-6
 /// polynomial evaluated with fused multiply-adds, times `2^n`; `x < -87.33` gives 0.
@@ -943,6 +1157,215 @@ mod tests {
                 assert_eq!(sum.to_bits(), want_sum.to_bits(), "{isa:?} n={n}");
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{isa:?} n={n}");
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Halves from random values spanning the f16 range (normals, subnormals, some
+    /// exact ties, zeros of both signs).
+    fn rnd_f16(seed: &mut u64, n: usize) -> Vec<f16> {
+        rnd(seed, n)
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| f32_to_f16(x * [1.0, 8.0, 1e-5, 300.0][i % 4]))
+            .collect()
+    }
+
+    #[test]
+    fn f32_to_f16_rounds_like_half_on_edges_ties_and_random_bits() {
+        let check = |x: f32| {
+            let got = f32_to_f16(x).to_bits();
+            for (name, want) in [
+                ("from_f32", f16::from_f32(x).to_bits()),
+                ("from_f32_const", f16::from_f32_const(x).to_bits()),
+            ] {
+                assert_eq!(got, want, "{x:e} ({:#010x}) vs half::{name}", x.to_bits());
+            }
+        };
+        let h = |b: u16| f16::from_bits(b).to_f32();
+        let mut edges = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            65504.0,
+            65519.99,
+            65520.0,
+            -65520.0,
+            65536.0,
+            1e10,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-45,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        // Exact midpoints between neighbouring halves (ties: even wins), one ulp either
+        // side, around the subnormal/normal boundary, the smallest subnormal and the top.
+        for b in [
+            0u16, 1, 2, 3, 0x3FE, 0x3FF, 0x400, 0x401, 0x3C00, 0x3C01, 0x7BFE, 0x7BFF,
+        ] {
+            let (lo, hi) = (h(b), if b == 0x7BFF { 65536.0 } else { h(b + 1) });
+            let mid = ((lo as f64 + hi as f64) / 2.0) as f32;
+            for x in [lo, mid, hi] {
+                for y in [
+                    x,
+                    f32::from_bits(x.to_bits() + 1),
+                    f32::from_bits(x.to_bits().max(1) - 1),
+                ] {
+                    edges.push(y);
+                    edges.push(-y);
+                }
+            }
+        }
+        // Below half the smallest subnormal (-> 0), exactly half of it (tie -> 0), above.
+        edges.extend([2.9e-8, 2.0f32.powi(-25), 3.0e-8, 2.0f32.powi(-24)]);
+        for x in edges {
+            check(x);
+        }
+        // Every f32 bit pattern at a prime stride, then random ones.
+        let mut b = 0u32;
+        while let Some(n) = b.checked_add(4099) {
+            let x = f32::from_bits(b);
+            if !x.is_nan() {
+                check(x);
+            }
+            b = n;
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..200_000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let x = f32::from_bits((seed >> 32) as u32);
+            if !x.is_nan() {
+                check(x);
+            }
+        }
+        // NaN: quiet NaN, sign and the top payload bits kept (signalling ones included).
+        for nb in [
+            0x7FC0_0000u32,
+            0xFFC0_0000,
+            0x7F80_0001,
+            0x7FA0_2000,
+            0xFFFF_FFFF,
+        ] {
+            let x = f32::from_bits(nb);
+            let got = f32_to_f16(x);
+            assert!(got.is_nan());
+            assert_eq!(got.to_bits() & 0x8000 != 0, nb >> 31 == 1);
+            assert_eq!(got.to_bits(), f16::from_f32_const(x).to_bits(), "{nb:#x}");
+            assert_eq!(got.to_bits(), f16::from_f32(x).to_bits(), "{nb:#x}");
+        }
+    }
+
+    #[test]
+    fn f16_rows_widen_exactly_on_every_isa() {
+        // All 65536 halves (NaNs included) as 4 rows of 16384 behind a stride.
+        let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        let want: Vec<u32> = all.iter().map(|h| h.to_f32_const().to_bits()).collect();
+        for isa in Isa::available() {
+            let mut dst = vec![0f32; all.len()];
+            f16_rows_to_f32_with_isa(isa, &all, 16384, 4, 16384, &mut dst);
+            assert_eq!(bits(&dst), want, "{isa:?}");
+            // Odd lengths (vector tails) at a stride.
+            for len in [1usize, 7, 9, 17, 31] {
+                let mut d = vec![0f32; 5 * len];
+                f16_rows_to_f32_with_isa(isa, &all[1000..], 40, 5, len, &mut d);
+                for j in 0..5 {
+                    assert_eq!(
+                        bits(&d[j * len..][..len]),
+                        want[1000 + j * 40..][..len],
+                        "{isa:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dot_rows_multi_f16_equals_per_pair_dot_on_every_isa() {
+        let mut seed = 23;
+        for case in 0..48 {
+            let len = [64usize, 16, 20, 33, 128, 1][case % 6];
+            let stride = len + (case % 3) * 16;
+            let n_q = 1 + case % 7;
+            let n_rows = [1usize, 15, 16, 17, 40, 100, 150][case % 7];
+            let out_stride = n_rows + case % 4;
+            // Tiles of 1 row, a few rows, just under/over 16 rows and 64+ rows.
+            let tile_rows = [1usize, 5, 15, 17, 64, 100][case % 6];
+            let q = rnd(&mut seed, n_q * len);
+            let rows = rnd_f16(&mut seed, (n_rows - 1) * stride + len);
+            let mut want = vec![0f32; (n_q - 1) * out_stride + n_rows];
+            for a in 0..n_q {
+                for j in 0..n_rows {
+                    let row: Vec<f32> = rows[j * stride..][..len]
+                        .iter()
+                        .map(|h| h.to_f32())
+                        .collect();
+                    // Scalar reference: the canonical dot order, written out.
+                    let qa = &q[a * len..][..len];
+                    let mut p = [0f32; 16];
+                    let full = len - len % 16;
+                    for i in 0..full {
+                        p[i % 16] = qa[i].mul_add(row[i], p[i % 16]);
+                    }
+                    for w in [8, 4, 2, 1] {
+                        for l in 0..w {
+                            p[l] += p[l + w];
+                        }
+                    }
+                    let mut s = p[0];
+                    for i in full..len {
+                        s = qa[i].mul_add(row[i], s);
+                    }
+                    want[a * out_stride + j] = s;
+                }
+            }
+            for isa in Isa::available() {
+                let mut out = vec![0f32; want.len()];
+                let mut tile = vec![f32::NAN; tile_rows * len + case % 5];
+                dot_rows_multi_f16_with_isa(
+                    isa, &q, len, &rows, stride, n_rows, &mut out, out_stride, &mut tile,
+                );
+                assert_eq!(bits(&out), bits(&want), "{isa:?} case {case}");
+            }
+        }
+    }
+
+    #[test]
+    fn axpy_rows_multi_f16_equals_sequential_fma_on_every_isa() {
+        let mut seed = 29;
+        for case in 0..48 {
+            let len = [64usize, 16, 20, 80, 128, 3][case % 6];
+            let stride = len + (case % 3) * 8;
+            let n_q = 1 + case % 7;
+            let n_rows = [1usize, 2, 16, 37, 100, 130][case % 6];
+            let w_stride = n_rows + case % 5;
+            let tile_rows = [1usize, 3, 16, 33, 64][case % 5];
+            let w = rnd(&mut seed, (n_q - 1) * w_stride + n_rows);
+            let rows = rnd_f16(&mut seed, (n_rows - 1) * stride + len);
+            let init = rnd(&mut seed, n_q * len);
+            let mut want = init.clone();
+            for a in 0..n_q {
+                for j in 0..n_rows {
+                    for d in 0..len {
+                        let y = &mut want[a * len + d];
+                        *y = w[a * w_stride + j].mul_add(rows[j * stride + d].to_f32(), *y);
+                    }
+                }
+            }
+            for isa in Isa::available() {
+                let mut acc = init.clone();
+                let mut tile = vec![f32::NAN; tile_rows * len];
+                axpy_rows_multi_f16_with_isa(
+                    isa, &w, w_stride, n_rows, &rows, stride, &mut acc, len, &mut tile,
+                );
+                assert_eq!(bits(&acc), bits(&want), "{isa:?} case {case}");
             }
         }
     }
