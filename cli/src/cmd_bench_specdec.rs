@@ -322,7 +322,7 @@ pub fn run(args: Args) -> Result<()> {
             }
             if !args.json {
                 eprintln!(
-                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  batch {:.1}  base arm {:3}/{:3} steps  prefill {:5.0} ms  (potential @4 {:.2}, @8 {:.2}, @16 {:.2}, @64 {:.2})",
+                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  batch {:.1}  base arm {:3}/{:3} steps  acc base/cal/ext {}/{}/{}  prefill {:5.0} ms  (potential @4 {:.2}, @8 {:.2}, @16 {:.2}, @64 {:.2})",
                     mode.name(),
                     ids[i],
                     m.tokens,
@@ -331,6 +331,9 @@ pub fn run(args: Args) -> Result<()> {
                     m.mean_budget(),
                     m.base_arm_steps,
                     m.steps,
+                    m.accepted_base,
+                    m.accepted_calib_only,
+                    m.accepted_ext_only,
                     m.prefill_ms,
                     m.potential_accepted(4),
                     m.potential_accepted(8),
@@ -437,6 +440,9 @@ pub fn run(args: Args) -> Result<()> {
                 "prefill_ms": m.prefill_ms / m.runs.max(1) as f64,
                 "steps": m.steps,
                 "base_arm_steps": m.base_arm_steps,
+                "accepted_base": m.accepted_base,
+                "accepted_calib_only": m.accepted_calib_only,
+                "accepted_ext_only": m.accepted_ext_only,
                 "tokens": m.tokens,
                 "budget_by_confidence": r.budgets,
                 "potential_accepted_4": m.potential_accepted(4),

@@ -16,9 +16,12 @@ pub const KIND_DB: u8 = 1;
 pub const KIND_CALIB: u8 = 2;
 pub const KIND_EXT: u8 = 3;
 pub const KIND_PLD: u8 = 4;
-pub const KIND_OTHER: u8 = 5;
-const KINDS: usize = 6;
-const STRENGTHS: usize = 8;
+/// Own-context automaton nodes whose text lies in the calibrated prompt: the
+/// strength also says where the text token ranked in the prefill's top-k there.
+pub const KIND_SELF_CAL: u8 = 5;
+pub const KIND_OTHER: u8 = 6;
+const KINDS: usize = 7;
+const STRENGTHS: usize = 16;
 const STEPS: usize = 8;
 pub const N_FEATURES: usize = KINDS * STRENGTHS * STEPS;
 /// Learned keys: a node's strongest feature, alone or confirmed by other sources.
@@ -50,6 +53,24 @@ pub fn match_strength(len: usize) -> usize {
         16..=31 => 6,
         _ => 7,
     }
+}
+
+/// Strength of an own-context node with calibration: suffix-match length class
+/// (1-2, 3-4, 5-15, 16+) x where the text token ranked among the prefill's
+/// top-k successors of its position (first, lower, absent).
+pub fn calibrated_match_strength(len: usize, rank: Option<usize>) -> usize {
+    let m = match len {
+        0..=2 => 0,
+        3 | 4 => 1,
+        5..=15 => 2,
+        _ => 3,
+    };
+    let r = match rank {
+        Some(0) => 0,
+        Some(_) => 1,
+        None => 2,
+    };
+    m * 3 + r
 }
 
 /// Strength bucket of a probability.

@@ -26,6 +26,8 @@ pub struct Calibration {
     /// DFS scratch, reused so drafting does not allocate per step.
     scratch_toks: Vec<u32>,
     scratch_probs: Vec<f32>,
+    /// DFS: the raw text's next token is the first successor (else the prefill's top-1).
+    pub follow_text: bool,
 }
 
 /// One calibrated chain: tokens and the top-k probability of each.
@@ -91,6 +93,88 @@ impl Calibration {
         (&self.ids[r.clone()], &self.probs[r])
     }
 
+    /// Rank of `tok` among the top-k successors of prompt position `pos` (None when
+    /// absent or the position has no row).
+    pub fn rank_of(&self, pos: usize, tok: u32) -> Option<usize> {
+        if self.is_empty() || !self.covers(pos) {
+            return None;
+        }
+        self.successors(pos).0.iter().position(|&t| t == tok)
+    }
+
+    /// Votes of the model's own predictions for what follows `suffix`: the top-k
+    /// successors of every calibrated prompt occurrence of `suffix` (at most
+    /// `MAX_VOTE_OCC`, earliest first), their probabilities summed and divided by the
+    /// number of occurrences. Writes up to `out.len()` (token, share, occurrence)
+    /// best first, the occurrence being where that token was predicted most strongly;
+    /// returns how many. Where the context has several continuations of a short
+    /// suffix, this ranks them by what the model itself prefers there.
+    pub fn votes(&self, suffix: &[u32], out: &mut [(u32, f32, u32)]) -> usize {
+        const MAX_VOTE_OCC: usize = 64;
+        let Some(&last) = suffix.last() else {
+            return 0;
+        };
+        if self.is_empty() || out.is_empty() {
+            return 0;
+        }
+        let Some(occ) = self.occ.get(&last) else {
+            return 0;
+        };
+        let l = suffix.len();
+        // Small fixed table: (token, summed probability, best occurrence, best prob).
+        let mut acc = [(0u32, 0f32, 0u32, 0f32); 16]; // 16: see the insert below
+        let mut n_acc = 0;
+        let mut n_occ = 0usize;
+        for &q in occ {
+            let q = q as usize;
+            if q + 1 < l || !self.covers(q) || self.prompt[q + 1 - l..=q] != *suffix {
+                continue;
+            }
+            n_occ += 1;
+            let (ids, ps) = self.successors(q);
+            for (&t, &p) in ids.iter().zip(ps) {
+                match acc[..n_acc].iter_mut().find(|e| e.0 == t) {
+                    Some(e) => {
+                        e.1 += p;
+                        if p > e.3 {
+                            e.2 = q as u32;
+                            e.3 = p;
+                        }
+                    }
+                    None if n_acc < 16 => {
+                        acc[n_acc] = (t, p, q as u32, p);
+                        n_acc += 1;
+                    }
+                    None => {}
+                }
+            }
+            if n_occ == MAX_VOTE_OCC {
+                break;
+            }
+        }
+        if n_occ == 0 {
+            return 0;
+        }
+        acc[..n_acc].sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let n = n_acc.min(out.len());
+        for (o, e) in out.iter_mut().zip(&acc[..n]) {
+            *o = (e.0, e.1 / n_occ as f32, e.2);
+        }
+        n
+    }
+
+    /// Raw prompt text after the model-preferred token `tok` predicted at prompt
+    /// position `q`: where `tok` continues (see `locate`), at most `max` tokens.
+    pub fn text_after(&self, tok: u32, q: usize, max: usize) -> &[u32] {
+        match self.locate(tok, q) {
+            Some(p) => {
+                let start = (p + 1).min(self.prompt.len());
+                &self.prompt[start..(start + max).min(self.prompt.len())]
+            }
+            None => &[],
+        }
+    }
+
     /// Search: where does the model-preferred token `tok`, predicted after
     /// position `from`, continue in the context? The next text position when it
     /// agrees with the text, else an occurrence preceded by the same token, else
@@ -140,8 +224,30 @@ impl Calibration {
         let width = branch.get(d).copied().unwrap_or(1).clamp(1, self.k);
         let (ids, ps) = self.successors(pos);
         let mut expanded = false;
-        for j in 0..width {
-            let (t, p) = (ids[j], ps[j]);
+        // The raw text's next token first when `follow_text`: in copy-heavy output the
+        // model reproduces the text far more often than its prefill top-1 there.
+        let text = if self.follow_text {
+            self.prompt.get(pos + 1).copied()
+        } else {
+            None
+        };
+        let mut cands = [(0u32, 0f32); 9];
+        let mut n = 0;
+        if let Some(t) = text {
+            let p = ids.iter().position(|&x| x == t).map_or(0.05, |j| ps[j]);
+            cands[0] = (t, p);
+            n = 1;
+        }
+        for j in 0..self.k {
+            if n >= width || n >= cands.len() {
+                break;
+            }
+            if Some(ids[j]) != text {
+                cands[n] = (ids[j], ps[j]);
+                n += 1;
+            }
+        }
+        for (j, &(t, p)) in cands[..n].iter().enumerate() {
             // Alternatives far below the best are not worth a branch.
             if j > 0 && p < 0.1 {
                 break;
@@ -149,7 +255,12 @@ impl Calibration {
             toks.push(t);
             probs.push(p);
             expanded = true;
-            match self.locate(t, pos) {
+            let next = if Some(t) == text {
+                Some(pos + 1)
+            } else {
+                self.locate(t, pos)
+            };
+            match next {
                 Some(q) if toks.len() < depth && self.covers(q) => {
                     self.dfs(q, branch, depth, toks, probs, sink)
                 }
@@ -248,5 +359,33 @@ mod tests {
         p.topk_start = 5;
         c.build(&prompt, &p);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn votes_sum_over_occurrences_of_the_suffix() {
+        // "1 2" occurs at 0-1, 3-4 and 6-7; the text continues 3, 4, 4 but the model
+        // preferred 9 at two of the three occurrences.
+        let prompt = [1u32, 2, 3, 1, 2, 4, 1, 2, 4, 9, 5];
+        let p = pre(prompt.len(), 2, |i| match i {
+            1 => vec![9, 3],
+            4 => vec![9, 4],
+            7 => vec![4, 9],
+            _ => vec![prompt.get(i + 1).copied().unwrap_or(0), 99],
+        });
+        let mut c = Calibration::default();
+        c.build(&prompt, &p);
+        let mut out = [(0u32, 0f32, 0u32); 3];
+        let n = c.votes(&[1, 2], &mut out);
+        assert_eq!(n, 3);
+        // Row probabilities: softmax of (5, 3) = 0.881 / 0.119.
+        assert_eq!(out[0].0, 9);
+        assert!((out[0].1 - (0.881 * 2.0 + 0.119) / 3.0).abs() < 1e-3);
+        assert_eq!(out[0].2, 1); // first occurrence with the strongest vote
+        assert_eq!((out[1].0, out[2].0), (4, 3));
+        // Text after the voted token: 9 occurs at 9, followed by 5.
+        assert_eq!(c.text_after(9, 1, 4), &[5]);
+        // A suffix that never occurs, or an empty one, has no votes.
+        assert_eq!(c.votes(&[2, 1, 7], &mut out), 0);
+        assert_eq!(c.votes(&[], &mut out), 0);
     }
 }

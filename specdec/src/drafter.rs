@@ -1,7 +1,8 @@
 //! Draft sources behind one trait, and the drafting modes compared by the benchmark.
 
 use crate::accept_model::{
-    feature, match_strength, prob_strength, KIND_CALIB, KIND_DB, KIND_EXT, KIND_PLD, KIND_SELF,
+    calibrated_match_strength, feature, match_strength, prob_strength, KIND_CALIB, KIND_DB,
+    KIND_EXT, KIND_PLD, KIND_SELF, KIND_SELF_CAL,
 };
 use crate::calibration::Calibration;
 use crate::extension::ExtensionStore;
@@ -157,6 +158,18 @@ pub struct SamConfig {
     /// top-k needs the full-vocabulary logits of every calibrated position, which
     /// is most of calibration's prefill cost.
     pub calib_window: usize,
+    /// Calibrated confidence of own-context nodes (prefill rank of the text token).
+    pub calib_confidence: bool,
+    /// Calibrated DFS trees from the own matches' prompt positions.
+    pub calib_trees: bool,
+    /// Calibrated DFS follows the raw text first, the prefill's alternatives as branches.
+    pub calib_follow_text: bool,
+    /// Calibrated votes at short matches: when the longest own match is shorter than
+    /// this, branch the root with the tokens the model itself preferred after every
+    /// prompt occurrence of the matched suffix (0: off).
+    pub calib_vote_below: usize,
+    /// Root branches from the votes.
+    pub calib_vote_width: usize,
 }
 
 impl SamConfig {
@@ -171,6 +184,11 @@ impl SamConfig {
             ext_min_len: 2,
             ext_max_total: 32,
             calib_window: usize::MAX,
+            calib_confidence: false,
+            calib_trees: true,
+            calib_follow_text: false,
+            calib_vote_below: 0,
+            calib_vote_width: 3,
         }
     }
 }
@@ -276,6 +294,7 @@ impl Drafter for SamDrafter {
         };
         if self.cfg.calibration {
             self.calib.build(prompt, pre);
+            self.calib.follow_text = self.cfg.calib_follow_text;
         } else {
             self.calib.clear();
         }
@@ -299,11 +318,25 @@ impl Drafter for SamDrafter {
                 n_own += 1;
                 let base = match_confidence(len);
                 let ms = match_strength(len);
+                let cont = self.own.continuation(end, depth);
+                // Calibrated confidence: where the text lies in the calibrated prompt,
+                // the node's feature also says how the model ranked the text token
+                // there during prefill (the learned acceptance tells what that is worth).
+                let calib = &self.calib;
+                let cal = self.cfg.calib_confidence && self.cfg.calibration;
                 tree.insert_feat(
                     0,
-                    self.own.continuation(end, depth),
+                    cont,
                     |d| base * 0.92f32.powi(d as i32),
-                    |d| feature(KIND_SELF, ms, d),
+                    |d| {
+                        let pos = end + d;
+                        if cal && calib.covers(pos) {
+                            let s = calibrated_match_strength(len, calib.rank_of(pos, cont[d]));
+                            feature(KIND_SELF_CAL, s, d)
+                        } else {
+                            feature(KIND_SELF, ms, d)
+                        }
+                    },
                     SRC_SELF,
                 );
             }
@@ -324,7 +357,7 @@ impl Drafter for SamDrafter {
             }
         }
         // Calibrated trees from the prompt positions of the own matches.
-        if self.cfg.calibration {
+        if self.cfg.calibration && self.cfg.calib_trees {
             for &(len, end) in &own[..n_own] {
                 if end >= self.calib.prompt_len() || !self.calib.covers(end) {
                     continue;
@@ -348,6 +381,31 @@ impl Drafter for SamDrafter {
                             SRC_CALIB,
                         );
                     });
+            }
+        }
+        // Calibrated votes: after a short match the first occurrence's text is a weak
+        // guess; rank every occurrence's model-preferred successors instead.
+        if self.cfg.calibration && n_own > 0 && own[0].0 < self.cfg.calib_vote_below {
+            let l = own[0].0.min(ctx.len());
+            let mut v = [(0u32, 0f32, 0u32); 8];
+            let n = self.calib.votes(
+                &ctx[ctx.len() - l..],
+                &mut v[..self.cfg.calib_vote_width.min(8)],
+            );
+            let mut seq = [0u32; 33];
+            for &(tok, share, q) in &v[..n] {
+                let rest = self.calib.text_after(tok, q as usize, depth.min(32) - 1);
+                seq[0] = tok;
+                seq[1..=rest.len()].copy_from_slice(rest);
+                let st = 8 + prob_strength(share);
+                let s0 = (share * 0.9).min(0.9);
+                tree.insert_feat(
+                    0,
+                    &seq[..=rest.len()],
+                    |d| s0 * 0.85f32.powi(d as i32),
+                    |d| feature(KIND_CALIB, st, d),
+                    SRC_CALIB,
+                );
             }
         }
         // Reused rejected segments: resume a partly emitted one, start one at its

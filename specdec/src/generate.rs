@@ -122,6 +122,12 @@ impl Generator {
         self.drafter = make_drafter_windowed(self.mode, db, self.cfg.calib_window);
     }
 
+    /// Replace the drafter (e.g. one with a custom configuration, rebuilt over a
+    /// grown database); the budget controller and acceptance model keep what they learned.
+    pub fn set_drafter(&mut self, drafter: Box<dyn Drafter + Send>) {
+        self.drafter = drafter;
+    }
+
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -291,6 +297,7 @@ impl Generator {
             self.emitted.clear();
             for &r in &self.path[1..] {
                 self.emitted.push(self.flat.tokens[r]);
+                m.count_accepted_source(self.flat.sources[r]);
             }
             self.emitted.push(bonus);
             let mut keep = self.emitted.len();

@@ -48,6 +48,12 @@ pub struct Metrics {
     /// it promised more than the tree of every source.
     pub base_arm_steps: usize,
     pub stop: StopReason,
+    /// Accepted draft tokens by where they came from: a raw-text source (own or
+    /// database automaton, prompt lookup) proposed them, else only calibration, else
+    /// only extension.
+    pub accepted_base: usize,
+    pub accepted_calib_only: usize,
+    pub accepted_ext_only: usize,
     /// Counterfactual acceptance, independent of the cost curve: for the trie of
     /// every evaluated step, the draft tokens a budget of `CF_SIZES[j]` rows would
     /// have accepted (summed), and the number of evaluated steps.
@@ -115,6 +121,18 @@ impl Metrics {
         }
     }
 
+    /// Count one accepted draft token by its node's source tags.
+    pub fn count_accepted_source(&mut self, sources: u8) {
+        use crate::tree::{BASE_SOURCES, SRC_CALIB, SRC_EXT};
+        if sources & BASE_SOURCES != 0 {
+            self.accepted_base += 1;
+        } else if sources & SRC_CALIB != 0 {
+            self.accepted_calib_only += 1;
+        } else if sources & SRC_EXT != 0 {
+            self.accepted_ext_only += 1;
+        }
+    }
+
     /// Record one evaluated trie (ranks along the true continuation's path).
     pub fn observe_counterfactual(&mut self, ranks: &[u32]) {
         self.cf_steps += 1;
@@ -143,6 +161,9 @@ impl Metrics {
         self.profile_ms += o.profile_ms;
         self.budget_sum += o.budget_sum;
         self.base_arm_steps += o.base_arm_steps;
+        self.accepted_base += o.accepted_base;
+        self.accepted_calib_only += o.accepted_calib_only;
+        self.accepted_ext_only += o.accepted_ext_only;
         self.stop = o.stop;
         self.cf_steps += o.cf_steps;
         for j in 0..CF_SIZES.len() {
