@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
+use specdec::drafter::{SamConfig, SamDrafter};
 use specdec::mock::MockLm;
 use specdec::sam::SuffixAutomaton;
 use specdec::{GenConfig, Generator, Metrics, Mode, StopReason, TokenDb};
@@ -95,6 +96,18 @@ proptest! {
             if got.len() < max {
                 prop_assert_eq!(m.stop, StopReason::EndOfGeneration);
             }
+        }
+        // The calibration variants (off by default) draft differently, never decide.
+        for mode in [Mode::SamCal, Mode::Sdnpu] {
+            let mut sc = SamConfig::for_mode(mode);
+            sc.calib_window = window;
+            sc.calib_confidence = true;
+            sc.calib_follow_text = true;
+            sc.calib_vote_below = 5;
+            let c = GenConfig { calib_window: window, ..cfg(fixed) };
+            let mut gen = Generator::with_drafter(mode, Box::new(SamDrafter::new(sc, Some(db.clone()))), c);
+            let (got, _) = run(&mut gen, &mut lm, &prompt, max);
+            prop_assert_eq!(&got, &want, "variants, mode {} budget {:?} window {}", mode.name(), fixed, window);
         }
     }
 }
