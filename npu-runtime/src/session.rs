@@ -417,6 +417,98 @@ impl Session {
         let v = self.model.vocab_size();
         Ok(&self.logits[..v])
     }
+
+    /// [`Session::prefill`] that reports top-k successors only for prompt positions
+    /// `from..` (earlier rows are empty) and never materialises a chunk's full
+    /// logits: every chunk runs with the last row's LM head only, then the kept
+    /// final hidden rows of the range go through the LM head a few rows at a time
+    /// into a small buffer that the top-k selection reads while it is in cache.
+    /// The forward passes are the same as `prefill`'s (same chunks), and the matmul
+    /// is batch-invariant, so the rows equal `prefill(tokens, topk)`'s bit for bit.
+    pub fn prefill_topk_from(
+        &mut self,
+        tokens: &[u32],
+        topk: usize,
+        from: usize,
+    ) -> Result<PrefillOutput<'_>> {
+        /// LM-head rows per block: 16 x vocab f32 stays within a large L2/L3.
+        const BLOCK: usize = 16;
+        if tokens.is_empty() {
+            return Err(RuntimeError::InvalidInput(
+                "prefill of an empty prompt".into(),
+            ));
+        }
+        self.check_tokens(tokens)?;
+        self.check_room(tokens.len())?;
+        self.last_batch = 0;
+        let c = self.model.config().clone();
+        let (v, e) = (c.vocab_size, c.n_embd);
+        let topk = topk.min(v);
+        self.topk.truncate(tokens.len());
+        self.topk.resize_with(tokens.len(), Vec::new);
+        for r in &mut self.topk {
+            r.clear();
+        }
+        let want = topk > 0 && from < tokens.len();
+        let mut block_logits = if want {
+            vec![0.0f32; BLOCK * v]
+        } else {
+            Vec::new()
+        };
+        let mut xs = if want {
+            vec![0.0f32; BLOCK * e]
+        } else {
+            Vec::new()
+        };
+        let mut mm = crate::kernels::MatmulScratch::new(if want { BLOCK } else { 1 }, e);
+        let runs = cover_with_shapes(tokens.len(), self.opts.prefill_chunk, self.opts.max_verify);
+        let mut off = 0;
+        for r in runs {
+            self.tokens[..r].copy_from_slice(&tokens[off..off + r]);
+            self.mask.set_causal(r)?;
+            self.run(r, LogitsRows::Last)?;
+            self.kv.advance(r)?;
+            if want {
+                let first = from.max(off).min(off + r) - off;
+                let w = &self.model.weights;
+                let mut i = first;
+                while i < r {
+                    let n = BLOCK.min(r - i);
+                    crate::ops::rms_norm(
+                        &self.hidden[i * e..(i + n) * e],
+                        &w.output_norm,
+                        c.rms_eps,
+                        &mut xs[..n * e],
+                    );
+                    crate::kernels::matmul(
+                        w.lm_head(),
+                        &xs[..n * e],
+                        n,
+                        &mut block_logits[..n * v],
+                        &mut mm,
+                        self.model.pool(),
+                    );
+                    for j in 0..n {
+                        top_k_into(
+                            &block_logits[j * v..(j + 1) * v],
+                            topk,
+                            &mut self.topk[off + i + j],
+                        );
+                    }
+                    i += n;
+                }
+            }
+            off += r;
+        }
+        if !want {
+            self.topk.clear();
+        }
+        // `run` with `LogitsRows::Last` wrote the last row's logits as row 0.
+        Ok(PrefillOutput {
+            logits: &self.logits[..v],
+            topk: &self.topk,
+        })
+    }
 }
 
 /// Index of the largest logit; ties go to the lowest id (pitfall 2). NaN never wins.

@@ -68,9 +68,9 @@ fn main() {
         let chunk = s.options().prefill_chunk;
         let split = p.len().saturating_sub(window) / chunk * chunk;
         // (wall, cpu) best of reps, interleaved so that load changes hit all alike.
-        let mut best = [(f64::MAX, f64::MAX); 3];
+        let mut best = [(f64::MAX, f64::MAX); 5];
         for _ in 0..reps {
-            let runs: [&dyn Fn(&mut Session); 3] = [
+            let runs: [&dyn Fn(&mut Session); 5] = [
                 &|s| {
                     s.prefill(p, 0).unwrap();
                 },
@@ -83,6 +83,14 @@ fn main() {
                     }
                     s.prefill(&p[split..], k).unwrap();
                 },
+                // The blocked LM head over kept hidden rows, all positions / the window.
+                &|s| {
+                    s.prefill_topk_from(p, k, 0).unwrap();
+                },
+                &|s| {
+                    s.prefill_topk_from(p, k, p.len().saturating_sub(window))
+                        .unwrap();
+                },
             ];
             for (b, run) in best.iter_mut().zip(runs) {
                 s.truncate(0).unwrap();
@@ -90,7 +98,7 @@ fn main() {
                 *b = (b.0.min(w), b.1.min(c));
             }
         }
-        let [t0, tk, tw] = best;
+        let [t0, tk, tw, tb, tbw] = best;
         // Selection alone: the same number of rows over logits of this model's vocabulary
         // (the last prefill's last row, perturbed per row so branches behave as on real rows).
         s.truncate(0).unwrap();
@@ -107,7 +115,7 @@ fn main() {
             sel = (sel.0.min(w), sel.1.min(c));
         }
         println!(
-            "prompt {i}: {} tokens | wall ms: prefill {:.0}, with top-{k} +{:.0}, selection alone {:.0}, top-{k} on the last {} +{:.0} | cpu ms: prefill {:.0}, with top-{k} +{:.0}, selection alone {:.0}, windowed +{:.0}",
+            "prompt {i}: {} tokens | wall ms: prefill {:.0}, with top-{k} +{:.0}, selection alone {:.0}, top-{k} on the last {} +{:.0} | cpu ms: prefill {:.0}, with top-{k} +{:.0}, selection alone {:.0}, windowed +{:.0}, blocked all +{:.0}, blocked last {} +{:.0}",
             p.len(),
             t0.0,
             tk.0 - t0.0,
@@ -118,6 +126,9 @@ fn main() {
             tk.1 - t0.1,
             sel.1,
             tw.1 - t0.1,
+            tb.1 - t0.1,
+            window.min(p.len()),
+            tbw.1 - t0.1,
         );
     }
 }

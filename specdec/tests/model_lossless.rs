@@ -127,3 +127,36 @@ fn calibration_window_split_prefill_matches_greedy_on_smollm2() {
         assert_eq!(got, want, "prompt {pi}: windowed sdnpu differs from greedy");
     }
 }
+
+/// `Session::prefill_topk_from` gives exactly `prefill`'s top-k rows for the range
+/// (and none before it) and the same next-token logits.
+#[test]
+fn blocked_topk_prefill_equals_full_logit_rows() {
+    let Some(model) = model() else {
+        return;
+    };
+    let prompt: Vec<u32> = (0..300u32).map(|i| (i * 37 + 11) % 4000 + 100).collect();
+    let mut s = Session::new(
+        model.clone(),
+        SessionOptions {
+            kv_capacity: 512,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let full = s.prefill(&prompt, 4).unwrap();
+    let (want_rows, want_last) = (full.topk.to_vec(), full.logits.to_vec());
+    for from in [0usize, 5, 255, 256, 299] {
+        s.truncate(0).unwrap();
+        let got = s.prefill_topk_from(&prompt, 4, from).unwrap();
+        assert_eq!(got.logits, &want_last[..], "from {from}");
+        assert_eq!(got.topk.len(), prompt.len());
+        for (i, row) in got.topk.iter().enumerate() {
+            if i < from {
+                assert!(row.is_empty(), "row {i} before {from}");
+            } else {
+                assert_eq!(row, &want_rows[i], "row {i} from {from}");
+            }
+        }
+    }
+}
