@@ -16,13 +16,7 @@ impl Target for Session {
         topk: usize,
         out: &mut PrefillOut,
     ) -> Result<(), SpecError> {
-        // With top-k rows: the blocked LM head (same rows, no full logit rows kept).
-        let po = if topk > 0 {
-            Session::prefill_topk_from(self, tokens, topk, 0)
-        } else {
-            Session::prefill(self, tokens, 0)
-        }
-        .map_err(rt)?;
+        let po = Session::prefill(self, tokens, topk).map_err(rt)?;
         out.clear();
         out.next = argmax(po.logits);
         if topk > 0 && po.topk.len() == tokens.len() {
