@@ -26,6 +26,8 @@ pub const DATATYPE_UINT_32: u32 = 0x0132;
 pub const DATATYPE_FLOAT_16: u32 = 0x0216;
 pub const DATATYPE_FLOAT_32: u32 = 0x0232;
 pub const DATATYPE_BOOL_8: u32 = 0x0508;
+pub const DATATYPE_SFIXED_POINT_8: u32 = 0x0308;
+pub const DATATYPE_UFIXED_POINT_8: u32 = 0x0408;
 pub const DATATYPE_UNDEFINED: u32 = 0x7FFF_FFFF;
 
 // Tensor types.
@@ -39,6 +41,9 @@ pub const TENSOR_DATA_FORMAT_DENSE: u32 = 0;
 pub const TENSORMEMTYPE_RAW: u32 = 0;
 pub const DEFINITION_UNDEFINED: u32 = 0x7FFF_FFFF;
 pub const QUANTIZATION_ENCODING_UNDEFINED: u32 = 0x7FFF_FFFF;
+pub const DEFINITION_DEFINED: u32 = 1;
+pub const QUANTIZATION_ENCODING_SCALE_OFFSET: u32 = 0;
+pub const QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET: u32 = 1;
 
 pub const PARAMTYPE_SCALAR: u32 = 0;
 pub const PARAMTYPE_TENSOR: u32 = 1;
@@ -65,8 +70,10 @@ pub struct ApiVersion {
     pub backend: Version,
 }
 
-/// Quantization parameters; we only use unquantized tensors, so the encoding union is
-/// opaque (its largest member is 32 bytes, pointer-aligned).
+/// Quantization parameters. The encoding union is kept opaque (its largest member is 32
+/// bytes, pointer-aligned); the constructors below fill the two members we use:
+/// scale-offset (`f32 scale, i32 offset`) and axis-scale-offset (`i32 axis, u32 count`,
+/// then a pointer to `count` [`ScaleOffset`]s). Real value = (stored + offset) * scale.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct QuantizeParams {
@@ -81,6 +88,42 @@ impl QuantizeParams {
         quantization_encoding: QUANTIZATION_ENCODING_UNDEFINED,
         encoding: [0; 4],
     };
+
+    /// One scale and offset for the whole tensor.
+    pub fn scale_offset(scale: f32, offset: i32) -> QuantizeParams {
+        QuantizeParams {
+            encoding_definition: DEFINITION_DEFINED,
+            quantization_encoding: QUANTIZATION_ENCODING_SCALE_OFFSET,
+            encoding: [
+                u64::from(scale.to_bits()) | (u64::from(offset as u32) << 32),
+                0,
+                0,
+                0,
+            ],
+        }
+    }
+
+    /// One scale and offset per index of `axis`; `so` must outlive every use of the result.
+    pub fn axis_scale_offset(axis: i32, so: &[ScaleOffset]) -> QuantizeParams {
+        QuantizeParams {
+            encoding_definition: DEFINITION_DEFINED,
+            quantization_encoding: QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET,
+            encoding: [
+                u64::from(axis as u32) | ((so.len() as u64) << 32),
+                so.as_ptr() as u64,
+                0,
+                0,
+            ],
+        }
+    }
+}
+
+/// `Qnn_ScaleOffset_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaleOffset {
+    pub scale: f32,
+    pub offset: i32,
 }
 
 #[repr(C)]

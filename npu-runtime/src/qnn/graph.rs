@@ -18,6 +18,10 @@ pub enum DType {
     F32,
     I32,
     U32,
+    /// Unsigned 8-bit fixed point (quantized, see [`Quant`]).
+    U8,
+    /// Signed 8-bit fixed point.
+    S8,
 }
 
 impl DType {
@@ -27,12 +31,15 @@ impl DType {
             DType::F32 => ffi::DATATYPE_FLOAT_32,
             DType::I32 => ffi::DATATYPE_INT_32,
             DType::U32 => ffi::DATATYPE_UINT_32,
+            DType::U8 => ffi::DATATYPE_UFIXED_POINT_8,
+            DType::S8 => ffi::DATATYPE_SFIXED_POINT_8,
         }
     }
 
     pub fn size(self) -> usize {
         match self {
             DType::F16 => 2,
+            DType::U8 | DType::S8 => 1,
             _ => 4,
         }
     }
@@ -43,13 +50,22 @@ impl DType {
             DType::F32 => 1,
             DType::I32 => 2,
             DType::U32 => 3,
+            DType::U8 => 4,
+            DType::S8 => 5,
         }
     }
 
     pub fn from_code(c: u8) -> Option<DType> {
-        [DType::F16, DType::F32, DType::I32, DType::U32]
-            .get(c as usize)
-            .copied()
+        [
+            DType::F16,
+            DType::F32,
+            DType::I32,
+            DType::U32,
+            DType::U8,
+            DType::S8,
+        ]
+        .get(c as usize)
+        .copied()
     }
 }
 
@@ -67,6 +83,20 @@ pub struct GraphOptions {
     pub precision: Option<Precision>,
     /// Finalize optimization level, 1 (fast prepare) ..= 3.
     pub optimization: Option<u8>,
+}
+
+/// Quantization of a fixed-point static tensor: real = (stored + offset) * scale.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Quant {
+    PerTensor {
+        scale: f32,
+        offset: i32,
+    },
+    /// One (scale, offset) per index along `axis` (e.g. per output channel).
+    PerAxis {
+        axis: i32,
+        scale_offsets: Vec<(f32, i32)>,
+    },
 }
 
 /// An application input or output of a finalized graph.
@@ -90,7 +120,8 @@ pub struct Context {
     handle: Handle,
 }
 
-// SAFETY: the context handle is only used under the runtime lock.
+// SAFETY: the context handle is only used under the runtime lock (shared only for
+// load/retrieve/free of this context, which `&mut`/ownership keeps to one thread).
 unsafe impl Send for Context {}
 
 impl Context {
@@ -117,7 +148,7 @@ impl Context {
             .context_create_from_binary
             .ok_or_else(|| missing("contextCreateFromBinary"))?;
         let mut handle: Handle = std::ptr::null_mut();
-        let _g = rt.lock();
+        let _g = rt.shared();
         // SAFETY: `bytes` is valid for its length during the call (QNN copies what it
         // keeps); null config and profile; out-pointer.
         check("contextCreateFromBinary", unsafe {
@@ -237,6 +268,7 @@ impl Context {
             name: name.to_string(),
             tensors: Vec::new(),
             statics: Vec::new(),
+            scale_offsets: Vec::new(),
             n_nodes: 0,
         })
     }
@@ -256,7 +288,7 @@ impl Context {
             .ok_or_else(|| missing("graphRetrieve"))?;
         let cname = cstring(name)?;
         let mut handle: Handle = std::ptr::null_mut();
-        let _g = self.rt.lock();
+        let _g = self.rt.shared();
         // SAFETY: valid context, NUL-terminated name, out-pointer.
         check("graphRetrieve", unsafe {
             f(self.handle, cname.as_ptr(), &mut handle)
@@ -268,7 +300,7 @@ impl Context {
 impl Drop for Context {
     fn drop(&mut self) {
         if let Some(f) = self.rt.table().context_free {
-            let _g = self.rt.lock();
+            let _g = self.rt.shared();
             // SAFETY: the handle came from contextCreate[FromBinary] and is freed once.
             unsafe { f(self.handle, std::ptr::null_mut()) };
         }
@@ -287,6 +319,8 @@ struct TensorDesc {
     kind: u32,
     /// Index into `GraphBuilder::statics` for constants.
     data: Option<usize>,
+    /// Points into `GraphBuilder::scale_offsets` for per-axis quantization.
+    quant: ffi::QuantizeParams,
 }
 
 /// A node parameter.
@@ -325,6 +359,8 @@ pub struct GraphBuilder<'c> {
     tensors: Vec<TensorDesc>,
     /// Static data must stay valid until finalize.
     statics: Vec<Vec<u8>>,
+    /// Per-axis quantization tables, referenced by tensor descriptions until finalize.
+    scale_offsets: Vec<Vec<ffi::ScaleOffset>>,
     n_nodes: usize,
 }
 
@@ -335,6 +371,7 @@ impl GraphBuilder<'_> {
         dtype: DType,
         dims: &[u32],
         data: Option<Vec<u8>>,
+        quant: Option<&Quant>,
     ) -> QnnResult<TensorId> {
         let n = self.tensors.len();
         let name = cstring(&format!("t{n}"))?;
@@ -345,6 +382,25 @@ impl GraphBuilder<'_> {
         t.v1.data_type = dtype.qnn();
         t.v1.rank = dims.len() as u32;
         t.v1.dimensions = dims.as_mut_ptr();
+        t.v1.quantize_params = match quant {
+            None => ffi::QuantizeParams::NONE,
+            Some(Quant::PerTensor { scale, offset }) => {
+                ffi::QuantizeParams::scale_offset(*scale, *offset)
+            }
+            Some(Quant::PerAxis {
+                axis,
+                scale_offsets,
+            }) => {
+                let so: Vec<ffi::ScaleOffset> = scale_offsets
+                    .iter()
+                    .map(|&(scale, offset)| ffi::ScaleOffset { scale, offset })
+                    .collect();
+                // The inner buffer does not move when the outer Vec grows.
+                self.scale_offsets.push(so);
+                let so = self.scale_offsets.last().expect("just pushed");
+                ffi::QuantizeParams::axis_scale_offset(*axis, so)
+            }
+        };
         let has_data = data.is_some();
         if let Some(d) = data {
             let want = dims.iter().map(|&x| x as usize).product::<usize>() * dtype.size();
@@ -380,28 +436,67 @@ impl GraphBuilder<'_> {
             dtype,
             kind,
             data: has_data.then(|| self.statics.len() - 1),
+            quant: t.v1.quantize_params,
         });
         Ok(TensorId(n))
     }
 
     /// An application-written input.
     pub fn input(&mut self, dtype: DType, dims: &[u32]) -> QnnResult<TensorId> {
-        self.create(ffi::TENSOR_TYPE_APP_WRITE, dtype, dims, None)
+        self.create(ffi::TENSOR_TYPE_APP_WRITE, dtype, dims, None, None)
     }
 
     /// An application-read output.
     pub fn output(&mut self, dtype: DType, dims: &[u32]) -> QnnResult<TensorId> {
-        self.create(ffi::TENSOR_TYPE_APP_READ, dtype, dims, None)
+        self.create(ffi::TENSOR_TYPE_APP_READ, dtype, dims, None, None)
     }
 
     /// An intermediate tensor.
     pub fn native(&mut self, dtype: DType, dims: &[u32]) -> QnnResult<TensorId> {
-        self.create(ffi::TENSOR_TYPE_NATIVE, dtype, dims, None)
+        self.create(ffi::TENSOR_TYPE_NATIVE, dtype, dims, None, None)
     }
 
     /// A constant (weights) with its little-endian bytes.
     pub fn constant(&mut self, dtype: DType, dims: &[u32], data: Vec<u8>) -> QnnResult<TensorId> {
-        self.create(ffi::TENSOR_TYPE_STATIC, dtype, dims, Some(data))
+        self.create(ffi::TENSOR_TYPE_STATIC, dtype, dims, Some(data), None)
+    }
+
+    /// A fixed-point constant (`DType::U8`/`S8`) with its quantization.
+    pub fn constant_quantized(
+        &mut self,
+        dtype: DType,
+        dims: &[u32],
+        data: Vec<u8>,
+        quant: &Quant,
+    ) -> QnnResult<TensorId> {
+        if !matches!(dtype, DType::U8 | DType::S8) {
+            return Err(QnnError::Invalid(format!(
+                "quantized constant of type {dtype:?}"
+            )));
+        }
+        if let Quant::PerAxis {
+            axis,
+            scale_offsets,
+        } = quant
+        {
+            let ok = usize::try_from(*axis)
+                .ok()
+                .and_then(|a| dims.get(a))
+                .is_some_and(|&n| n as usize == scale_offsets.len());
+            if !ok {
+                return Err(QnnError::Invalid(format!(
+                    "{} scale/offsets for axis {axis} of {dims:?}",
+                    scale_offsets.len()
+                )));
+            }
+        }
+        self.create(
+            ffi::TENSOR_TYPE_STATIC,
+            dtype,
+            dims,
+            Some(data),
+            Some(quant),
+        )
     }
 
     pub fn dims(&self, t: TensorId) -> &[u32] {
@@ -421,6 +516,7 @@ impl GraphBuilder<'_> {
         r.v1.data_type = d.dtype.qnn();
         r.v1.rank = d.dims.len() as u32;
         r.v1.dimensions = d.dims.as_ptr() as *mut u32;
+        r.v1.quantize_params = d.quant;
         if let Some(i) = d.data {
             let buf = &self.statics[i];
             r.v1.client_buf = ffi::ClientBuffer {
@@ -568,7 +664,8 @@ pub struct Graph {
     out_raw: Vec<ffi::Tensor>,
 }
 
-// SAFETY: the graph handle is only used under the runtime lock.
+// SAFETY: the graph handle is only used under the runtime lock (shared for execute,
+// which takes `&mut self`, so one graph never runs on two threads).
 unsafe impl Send for Graph {}
 
 impl Graph {
@@ -679,7 +776,7 @@ impl Graph {
             .graph_execute
             .ok_or_else(|| missing("graphExecute"))?;
         let _ = &self.names;
-        let _g = self.rt.lock();
+        let _g = self.rt.shared();
         // SAFETY: the tensor arrays point at our names/dims and at the caller's buffers,
         // whose sizes were checked above; QNN only reads inputs and writes outputs during
         // the call.

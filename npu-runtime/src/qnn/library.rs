@@ -7,7 +7,8 @@ use super::ffi::{self, ApiVersion, FunctionTable, Handle};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Core API major.minor these bindings were written against (the wheel's HTP build reports
 /// 2.40). A different minor within major 2 may still append slots, but struct changes
@@ -46,11 +47,48 @@ pub struct QnnRuntime {
     build_id: String,
     backend: Handle,
     device: Handle,
-    lock: Mutex<()>,
+    /// Exclusive: graph construction, finalize, serialization, anything that silences
+    /// stdout. Shared: loading a context binary, retrieving its graph, executing, freeing
+    /// (each on its own context; `&mut` access keeps one context to one thread).
+    lock: RwLock<()>,
+    /// Makes every call exclusive (the session-3 behaviour): `RAG_QNN_SERIAL_CALLS=1` or
+    /// [`QnnRuntime::set_serial_calls`].
+    serial: AtomicBool,
+    /// Calls holding the lock now, and the most seen at once since the last
+    /// [`QnnRuntime::take_max_concurrent_calls`].
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
 }
 
-// SAFETY: the handles are opaque tokens owned by the library; every call that uses them
-// goes through `QnnRuntime::lock`, so they are never used from two threads at once.
+enum Held<'a> {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+/// A held QNN call lock, shared or exclusive; counts the calls in flight.
+pub(crate) struct CallGuard<'a> {
+    rt: &'a QnnRuntime,
+    _held: Held<'a>,
+}
+
+impl<'a> CallGuard<'a> {
+    fn new(rt: &'a QnnRuntime, held: Held<'a>) -> Self {
+        let n = rt.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        rt.max_in_flight.fetch_max(n, Ordering::SeqCst);
+        CallGuard { rt, _held: held }
+    }
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.rt.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+// SAFETY: the handles are opaque tokens owned by the library. Every call that uses them
+// holds `QnnRuntime::lock`: exclusively for everything but load/retrieve/execute/free,
+// which run concurrently only on distinct contexts (tests/qnn_concurrency.rs checks this
+// on the library: results unchanged, no errors).
 unsafe impl Send for QnnRuntime {}
 // SAFETY: as above; shared access only reads the immutable table pointer and versions.
 unsafe impl Sync for QnnRuntime {}
@@ -210,7 +248,12 @@ impl QnnRuntime {
                 build_id,
                 backend,
                 device,
-                lock: Mutex::new(()),
+                lock: RwLock::new(()),
+                serial: AtomicBool::new(
+                    std::env::var("RAG_QNN_SERIAL_CALLS").as_deref() == Ok("1"),
+                ),
+                in_flight: AtomicUsize::new(0),
+                max_in_flight: AtomicUsize::new(0),
             })
         })
     }
@@ -237,9 +280,36 @@ impl QnnRuntime {
         self.device
     }
 
-    /// Serialises QNN calls across threads.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    /// Excludes every other QNN call.
+    pub(crate) fn lock(&self) -> CallGuard<'_> {
+        let held = Held::Exclusive(self.lock.write().unwrap_or_else(|e| e.into_inner()));
+        CallGuard::new(self, held)
+    }
+
+    /// For calls on one context that may overlap calls on other contexts (load, retrieve,
+    /// execute, free); exclusive when serial calls are asked for.
+    pub(crate) fn shared(&self) -> CallGuard<'_> {
+        if self.serial.load(Ordering::Relaxed) {
+            return self.lock();
+        }
+        let held = Held::Shared(self.lock.read().unwrap_or_else(|e| e.into_inner()));
+        CallGuard::new(self, held)
+    }
+
+    /// Serialises every QNN call (true) or lets loads, frees and executions of different
+    /// contexts overlap (false, the default).
+    pub fn set_serial_calls(&self, serial: bool) {
+        self.serial.store(serial, Ordering::Relaxed);
+    }
+
+    /// The most QNN calls that ran at the same time since the last call of this (resets).
+    pub fn take_max_concurrent_calls(&self) -> usize {
+        self.max_in_flight
+            .swap(self.in_flight.load(Ordering::SeqCst), Ordering::SeqCst)
+    }
+
+    pub fn serial_calls(&self) -> bool {
+        self.serial.load(Ordering::Relaxed)
     }
 }
 
