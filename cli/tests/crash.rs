@@ -182,3 +182,81 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// The same with dense retrieval (the real MiniLM embedder): kills land while chunks are
+/// embedded and the HNSW graph is dumped; the re-run must leave every chunk with its vector,
+/// the graph holding exactly the stored chunks, and dense search answering like the
+/// uninterrupted run.
+#[test]
+fn kill_9_while_embedding_then_rerun_equals_uninterrupted_run() {
+    let emb_dir = rag::models::cache_dir().join(rag::models::DEFAULT_EMBEDDER);
+    if !emb_dir.join("model.safetensors").is_file() {
+        assert!(
+            std::env::var_os("RAG_SKIP_MODEL_TESTS").is_some(),
+            "minilm-l6-v2 is missing: run scripts/fetch-model.sh minilm-l6-v2"
+        );
+        return;
+    }
+    let corpus = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path(), 20);
+    let dense_index = |idx: &Path| {
+        let mut c = rag();
+        c.arg("index")
+            .arg(corpus.path())
+            .arg("--index-dir")
+            .arg(idx)
+            .args(["--commit-every", "40"]);
+        c
+    };
+    let reference = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    assert!(dense_index(reference.path()).status().unwrap().success());
+    let full = t.elapsed();
+    let emb = || -> Option<std::sync::Arc<dyn rag::Embedder>> {
+        Some(std::sync::Arc::new(
+            rag::embed::MiniLmEmbedder::load_configured(&emb_dir).unwrap(),
+        ))
+    };
+    // Opened with the embedder, so the dense graph is loaded (and counted).
+    let open = |p: &Path| rag::Index::open(p, emb()).unwrap();
+    let b = open(reference.path());
+    let (want, want_stats) = (b.fingerprint().unwrap(), b.stats());
+    assert_eq!(want_stats.dense_vectors, want_stats.chunks);
+
+    let idx = tempfile::tempdir().unwrap();
+    let mut killed_mid_run = 0;
+    for frac in [0.35, 0.6, 0.85] {
+        let mut child = dense_index(idx.path()).spawn().unwrap();
+        std::thread::sleep(full.mul_f64(frac));
+        if child.try_wait().unwrap().is_none() {
+            killed_mid_run += 1;
+        }
+        child.kill().ok(); // SIGKILL
+        child.wait().unwrap();
+    }
+    assert!(dense_index(idx.path()).status().unwrap().success());
+    let a = open(idx.path());
+    let (got, stats) = (a.fingerprint().unwrap(), a.stats());
+    assert_eq!(got, want, "index differs from the uninterrupted run");
+    assert_eq!(stats.chunks, want_stats.chunks);
+    assert_eq!(
+        stats.vectors, want_stats.vectors,
+        "missing or orphaned vectors"
+    );
+    assert_eq!(stats.dense_vectors, stats.chunks, "graph out of sync");
+    assert_eq!(stats.bm25_docs, stats.chunks);
+    for q in ["token42 word7 document 17", "section 3 of document 5"] {
+        let top = |i: &rag::Index| -> Vec<_> {
+            i.search(q, 5, rag::SearchMode::Dense)
+                .unwrap()
+                .into_iter()
+                .map(|h| (h.path, h.lines))
+                .collect()
+        };
+        assert_eq!(top(&a), top(&b), "dense results differ for {q:?}");
+    }
+    assert!(
+        killed_mid_run >= 2,
+        "only {killed_mid_run} kills landed while indexing ran"
+    );
+}
