@@ -381,7 +381,7 @@ pub fn run(args: Args) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     ));
-    table.push_str("| mode | decode tok/s | ms/token | speedup | modeled speedup | mean accepted | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @4 / @8 / @16 / @64 |\n");
+    table.push_str("| mode | decode tok/s | ms/token | speedup | modeled speedup | mean accepted (kept) | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @4 / @8 / @16 / @64 |\n");
     table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut jmodes = serde_json::Map::new();
     for r in &results {
@@ -404,13 +404,14 @@ pub fn run(args: Args) -> Result<()> {
             .filter(|(a, b)| a != b)
             .count();
         table.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2} | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} / {:.2} / {:.2} |\n",
+            "| {} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2} ({:.2}) | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} / {:.2} / {:.2} |\n",
             r.mode.name(),
             m.decode_tok_s(),
             m.ms_per_token(),
             speedup,
             modeled,
             m.mean_accepted(),
+            m.mean_kept(),
             m.mean_budget(),
             100.0 * v,
             100.0 * w,
@@ -431,6 +432,7 @@ pub fn run(args: Args) -> Result<()> {
                 "speedup": speedup,
                 "modeled_speedup": modeled,
                 "mean_accepted": m.mean_accepted(),
+                "mean_kept": m.mean_kept(),
                 "valid": v,
                 "wasted": w,
                 "underutilized": u,
@@ -481,7 +483,8 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     table.push_str(
-        "\nmean accepted = tokens per verify step (accepted drafts + 1); valid/wasted/underutilized = \
+        "\nmean accepted = tokens per verify step (accepted drafts + 1); (kept) = the same counting only \
+         tokens delivered (a last step accepting past EOG or the token cap counts what is kept); valid/wasted/underutilized = \
          shares of verify rows used / rejected / left idle below the cost curve's saturation length; \
          draft overhead = drafting + tree building + budget bookkeeping as a share of decode time; \
          modeled speedup = the same ratio with each step's verify time taken from the cost curve \

@@ -322,6 +322,7 @@ impl Generator {
             }
             m.steps += 1;
             m.step_tokens += self.emitted.len();
+            m.kept_tokens += keep;
             m.verified_rows += rows;
             m.valid_rows += self.path.len();
             m.wasted_rows += rows - self.path.len();

@@ -24,6 +24,9 @@ pub struct Metrics {
     /// Tokens produced by verification steps (accepted drafts + bonus), before
     /// truncation at EOG / max tokens.
     pub step_tokens: usize,
+    /// Tokens verification steps delivered: `step_tokens` after truncation at EOG /
+    /// max tokens (a last step that accepts past the cap counts only what is kept).
+    pub kept_tokens: usize,
     pub verified_rows: usize,
     /// Rows whose result was used: the root and accepted drafts.
     pub valid_rows: usize,
@@ -68,6 +71,12 @@ impl Metrics {
     /// Mean tokens emitted per verification step (accepted drafts + 1).
     pub fn mean_accepted(&self) -> f64 {
         ratio(self.step_tokens as f64, self.steps as f64)
+    }
+
+    /// Mean tokens delivered per verification step: like `mean_accepted` but without
+    /// what a step accepted past EOG or the token cap (the stricter figure).
+    pub fn mean_kept(&self) -> f64 {
+        ratio(self.kept_tokens as f64, self.steps as f64)
     }
 
     /// Decode tokens: everything after the prefill's token.
@@ -148,6 +157,7 @@ impl Metrics {
         self.tokens += o.tokens;
         self.steps += o.steps;
         self.step_tokens += o.step_tokens;
+        self.kept_tokens += o.kept_tokens;
         self.verified_rows += o.verified_rows;
         self.valid_rows += o.valid_rows;
         self.wasted_rows += o.wasted_rows;

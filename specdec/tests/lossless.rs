@@ -132,6 +132,9 @@ fn eog_inside_an_accepted_draft_stops_there() {
         // One verify step: "7 EOG 8 ..." were all accepted in it.
         assert_eq!(m.steps, 1, "{}", mode.name());
         assert!(m.step_tokens >= 3, "{}: {}", mode.name(), m.step_tokens);
+        // Only "7" is delivered by that step (the first token came from prefill).
+        assert_eq!(m.kept_tokens, 1, "{}", mode.name());
+        assert_eq!(m.kept_tokens + 1, got.len(), "{}", mode.name());
     }
 }
 
@@ -148,8 +151,11 @@ fn max_tokens_cuts_inside_an_accepted_draft() {
         assert_eq!(got, want, "max {max}");
         assert_eq!(got.len(), max);
         if max > 1 {
-            // The whole copy was drafted: a single step.
+            // The whole copy was drafted: a single step, which delivered what the
+            // cap left after the prefill's token, though it accepted more.
             assert_eq!(m.steps, 1);
+            assert_eq!(m.kept_tokens, max - 1);
+            assert!(m.step_tokens >= m.kept_tokens);
         }
     }
 }
