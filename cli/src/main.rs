@@ -63,8 +63,9 @@ enum BenchCmd {
 }
 
 fn main() {
+    // lopdf logs WARN for common, harmless PDF quirks; a failing PDF is reported by us.
     let filter = tracing_subscriber::EnvFilter::try_from_env("RAG_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lopdf=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
