@@ -514,4 +514,50 @@ mod tests {
             }
         }
     }
+
+    /// Every batch size from 1 to 33 (so any split of the batch into token tiles
+    /// leaves a ragged tail somewhere), every format, every ISA, a row count that
+    /// leaves a partial group: each token gets the bits of that token computed
+    /// alone on the portable kernel.
+    #[test]
+    fn every_batch_size_is_bit_identical_to_portable_single_tokens() {
+        let mut seed = 23;
+        let (rows, cols, max_n) = (37, 512, 33);
+        let pool = ThreadPool::new(2);
+        let mut scratch = MatmulScratch::new(max_n, cols);
+        let types = [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4K,
+            GgmlType::Q6K,
+        ];
+        for ty in types {
+            let w = random_matrix(ty, rows, cols, &mut seed);
+            let x = uniform(&mut seed, max_n * cols);
+            let mut alone = vec![0f32; max_n * rows];
+            for t in 0..max_n {
+                let (xt, ot) = (&x[t * cols..][..cols], &mut alone[t * rows..][..rows]);
+                matmul_with_isa(Isa::Portable, &w, xt, 1, ot, &mut scratch, &pool);
+            }
+            assert_within_quantization_bound(&w, &x, max_n, &alone);
+            for isa in Isa::available() {
+                for n in 1..=max_n {
+                    let mut out = vec![f32::NAN; n * rows];
+                    matmul_with_isa(isa, &w, &x[..n * cols], n, &mut out, &mut scratch, &pool);
+                    for (i, (g, a)) in out.iter().zip(&alone).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            a.to_bits(),
+                            "{ty:?} {isa:?} n={n} token {} row {}",
+                            i / rows,
+                            i % rows
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
