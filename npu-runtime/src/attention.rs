@@ -13,9 +13,8 @@
 use crate::error::{Result, RuntimeError};
 use crate::kernels::detected;
 use crate::kernels::vector::{
-    axpy_rows_multi_f16_with_isa, dot_rows_multi_f16_with_isa, softmax_exp_with_isa,
+    axpy_rows_multi_with_isa, dot_rows_multi_with_isa, softmax_exp_with_isa,
 };
-use half::f16;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -122,18 +121,13 @@ pub struct AttnDims {
 
 /// Tokens whose queries share one pass over the committed keys (one work item).
 const TOK_BLOCK: usize = 8;
-/// Floats of the f32 tile the f16 K/V rows are widened into (16 KB: 64 rows of a 64-wide
-/// head, 32 of a 128-wide one), so a block of rows is converted once and then stays in L1
-/// while every query of an item uses it. At least 16 rows (the dot kernel's row block).
-const TILE_FLOATS: usize = 4096;
-
-fn tile_len(head_dim: usize) -> usize {
-    TILE_FLOATS.max(16 * head_dim)
-}
+/// V rows per step of the weighted sum: 64 rows of a 64-wide head are 16 KB, so a
+/// chunk stays in L1 while every query of an item accumulates it.
+const V_CHUNK: usize = 64;
 
 /// Preplanned per-task scratch: for up to `TOK_BLOCK` tokens × one GQA group of query
 /// heads, the scores of every KV slot, the gathered queries, the output rows and the
-/// normalisers; and the tile the f16 K/V rows are widened into.
+/// normalisers.
 pub struct AttnScratch {
     slots: Vec<Mutex<Vec<f32>>>,
     threads: usize,
@@ -150,10 +144,7 @@ impl AttnScratch {
         let queries = TOK_BLOCK * group;
         AttnScratch {
             slots: (0..4 * threads)
-                .map(|_| {
-                    let per_query = kv_capacity + 2 * head_dim + 1;
-                    Mutex::new(vec![0.0; queries * per_query + tile_len(head_dim)])
-                })
+                .map(|_| Mutex::new(vec![0.0; queries * (kv_capacity + 2 * head_dim + 1)]))
                 .collect(),
             threads,
             kv_capacity,
@@ -174,17 +165,17 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// Work items are (block of up to `TOK_BLOCK` tokens, KV head, slice of its query
 /// heads); heads are sliced only when there are fewer items than threads. Every query
 /// of an item sees the committed keys `[0, n_past)`, so one pass of the multi-query row
-/// kernels over them serves all the item's tokens and heads (each K and V row block is
-/// widened from f16 once, into an L1-sized tile, for up to `TOK_BLOCK × group` queries);
-/// each token's own visible new keys follow. The per-query arithmetic is unchanged by this grouping (the
+/// kernels over them serves all the item's tokens and heads (each K row block is loaded
+/// once for up to `TOK_BLOCK × group` queries, V in L1-sized chunks); each token's own
+/// visible new keys follow. The per-query arithmetic is unchanged by this grouping (the
 /// multi kernels give per-query bits, scores stay in key order, V rows are added in
 /// ascending key order), so a result does not depend on the batch, the item split or
 /// the thread count.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
-    k: &[f16],
-    v: &[f16],
+    k: &[f32],
+    v: &[f32],
     n_past: usize,
     mask: &BatchMask,
     dims: AttnDims,
@@ -220,8 +211,7 @@ pub fn attention(
         let queries = TOK_BLOCK * scratch.group;
         let (scores, rest) = guard.split_at_mut(queries * scratch.kv_capacity);
         let (qbuf, rest) = rest.split_at_mut(queries * scratch.head_dim);
-        let (acc, rest) = rest.split_at_mut(queries * scratch.head_dim);
-        let (inv, tile) = rest.split_at_mut(queries);
+        let (acc, inv) = rest.split_at_mut(queries * scratch.head_dim);
         let lo = n_items * t / n_tasks;
         let hi = n_items * (t + 1) / n_tasks;
         for item in lo..hi {
@@ -243,9 +233,7 @@ pub fn attention(
             let kv_off = g * hd;
             if n_past > 0 {
                 let rows = &k[kv_off..];
-                dot_rows_multi_f16_with_isa(
-                    isa, qs, hd, rows, kv_dim, n_past, scores, stride, tile,
-                );
+                dot_rows_multi_with_isa(isa, qs, hd, rows, kv_dim, n_past, scores, stride);
             }
             for ti in i0..i1 {
                 let a0 = (ti - i0) * nh;
@@ -253,7 +241,7 @@ pub fn attention(
                 for_each_run(0, mask.visible(ti), |key, slot, len| {
                     let rows = &k[(n_past + slot) * kv_dim + kv_off..];
                     let o = &mut scores[a0 * stride + n_past + key..];
-                    dot_rows_multi_f16_with_isa(isa, qa, hd, rows, kv_dim, len, o, stride, tile);
+                    dot_rows_multi_with_isa(isa, qa, hd, rows, kv_dim, len, o, stride);
                 });
                 let n_keys = n_past + mask.visible(ti).len();
                 for a in a0..a0 + nh {
@@ -262,11 +250,12 @@ pub fn attention(
                 }
             }
             acc.fill(0.0);
-            if n_past > 0 {
-                let rows = &v[kv_off..];
-                axpy_rows_multi_f16_with_isa(
-                    isa, scores, stride, n_past, rows, kv_dim, acc, hd, tile,
-                );
+            let mut r0 = 0;
+            while r0 < n_past {
+                let r = V_CHUNK.min(n_past - r0);
+                let rows = &v[r0 * kv_dim + kv_off..];
+                axpy_rows_multi_with_isa(isa, &scores[r0..], stride, r, rows, kv_dim, acc, hd);
+                r0 += r;
             }
             for ti in i0..i1 {
                 let a0 = (ti - i0) * nh;
@@ -274,7 +263,7 @@ pub fn attention(
                 for_each_run(0, mask.visible(ti), |key, slot, len| {
                     let rows = &v[(n_past + slot) * kv_dim + kv_off..];
                     let w = &scores[a0 * stride + n_past + key..];
-                    axpy_rows_multi_f16_with_isa(isa, w, stride, len, rows, kv_dim, acc, hd, tile);
+                    axpy_rows_multi_with_isa(isa, w, stride, len, rows, kv_dim, acc, hd);
                 });
                 let o = &out[ti * n_head * hd + h0 * hd..][..nh * hd];
                 let (acc, inv) = (&acc[..], &inv[a0..a0 + nh]);
@@ -317,17 +306,7 @@ mod tests {
         (0..n).for_each(f)
     }
 
-    use crate::kernels::vector::f32_to_f16;
     use crate::test_rng::uniform as rnd;
-
-    /// Random K/V values already on the f16 grid, so the f64 reference and the cache see
-    /// the same numbers.
-    fn rnd_kv(seed: &mut u64, n: usize) -> Vec<f32> {
-        rnd(seed, n)
-            .iter()
-            .map(|&x| f32_to_f16(x).to_f32())
-            .collect()
-    }
 
     /// Plain two-pass f64 softmax attention for one query head over explicit key slots.
     fn reference(
@@ -376,9 +355,7 @@ mod tests {
         let out: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
         let group = dims.n_head / dims.n_head_kv;
         let scratch = AttnScratch::new(tasks, 256, dims.head_dim, group);
-        let half = |x: &[f32]| x.iter().map(|&x| f32_to_f16(x)).collect::<Vec<_>>();
-        let (k, v) = (half(k), half(v));
-        attention(q, &k, &v, n_past, mask, dims, &scratch, &out, &serial);
+        attention(q, k, v, n_past, mask, dims, &scratch, &out, &serial);
         out.iter()
             .map(|a| f32::from_bits(a.load(Ordering::Relaxed)))
             .collect()
@@ -398,8 +375,8 @@ mod tests {
         let n_past = 37;
         let parents = [-1, 0, 0, 1, -1, 3, 2];
         let n = parents.len();
-        let k = rnd_kv(&mut seed, (n_past + n) * kv_dim);
-        let v = rnd_kv(&mut seed, (n_past + n) * kv_dim);
+        let k = rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = rnd(&mut seed, (n_past + n) * kv_dim);
         let q = rnd(&mut seed, n * qd);
         let mut mask = BatchMask::new(8);
         mask.set_tree(&parents).unwrap();
@@ -449,8 +426,8 @@ mod tests {
         let kv_dim = 48;
         let mut seed = 99;
         let (n_past, n) = (5, 9);
-        let k = rnd_kv(&mut seed, (n_past + n) * kv_dim);
-        let v = rnd_kv(&mut seed, (n_past + n) * kv_dim);
+        let k = rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = rnd(&mut seed, (n_past + n) * kv_dim);
         let q = rnd(&mut seed, n * kv_dim);
         let mut mask = BatchMask::new(16);
         mask.set_causal(n).unwrap();
@@ -486,8 +463,8 @@ mod tests {
         let n_past = 150;
         let parents = [-1, 0, 1, 0, 3, 2, -1, 6, 5, 4, 9, 10, 7, 12, 8, 11, 13, 14];
         let n = parents.len();
-        let k = rnd_kv(&mut seed, (n_past + n) * kv_dim);
-        let v = rnd_kv(&mut seed, (n_past + n) * kv_dim);
+        let k = rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = rnd(&mut seed, (n_past + n) * kv_dim);
         let q = rnd(&mut seed, n * qd);
         let mut mask = BatchMask::new(32);
         mask.set_tree(&parents).unwrap();

@@ -387,7 +387,7 @@ impl Backend for QnnBackend {
             for src in [kc, vc] {
                 let dst = next()?;
                 let used = src.len() * 2;
-                crate::kv_cache::f16_to_le_bytes(src, &mut dst[..used]);
+                to_f16(src, &mut dst[..used]);
                 dst[used..cap * kv_dim * 2].fill(0);
             }
         }

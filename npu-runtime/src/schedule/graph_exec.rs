@@ -178,7 +178,8 @@ where
         let mut kv = Vec::new();
         for layer in 0..st.kv.n_layer() {
             let (k, v) = st.kv.layer(layer, n);
-            kv.extend(k.iter().chain(v).map(|x| x.to_f32()));
+            kv.extend_from_slice(k);
+            kv.extend_from_slice(v);
         }
         (st.logits.clone(), kv)
     }
