@@ -163,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Profile::paper_phone(),
     };
     let inst = Instance::from_profile(&profile, args.prompt_tokens, budget)?;
-    let choice = choose_layout(&profile, args.prompt_tokens, budget)?;
+    let choice = choose_layout(&profile, args.prompt_tokens, budget, &DEFAULT_CHUNKS)?;
     let mut results: Vec<(ScheduleKind, Outcome)> = Vec::new();
     for &k in &kinds {
         let outcome = match k.plan(&inst) {
@@ -189,6 +189,7 @@ fn choose_layout(
     profile: &Profile,
     prompt_tokens: usize,
     budget: MemoryBudget,
+    chunks: &[usize],
 ) -> anyhow::Result<LayoutChoice> {
     let n_layers: usize = block_layers(profile)?.iter().sum();
     Ok(choose(
@@ -197,7 +198,7 @@ fn choose_layout(
         budget,
         ScheduleKind::ProgressiveWc,
         &default_block_counts(n_layers),
-        &DEFAULT_CHUNKS,
+        chunks,
         Overheads::estimate(profile),
     )?)
 }
@@ -567,7 +568,16 @@ where
     let explicit = args.profile.is_some() || (args.blocks.is_some() && args.chunk.is_some());
     let (choice, how) = if explicit {
         (
-            choose_layout(&base, args.prompt_tokens, budget)?,
+            // The backend's candidate chunks (on QNN only G2 = chunk can run).
+            choose_layout(
+                &base,
+                args.prompt_tokens,
+                budget,
+                &match &args.choose_chunks {
+                    Some(list) => parse_chunks(list)?,
+                    None => d.chunks.to_vec(),
+                },
+            )?,
             "given on the command line (the warm-up choice below is a prediction only)",
         )
     } else {
@@ -699,10 +709,11 @@ where
         }
         _ => {
             "QNN backend (HTP emulator on x86-64): each form is its own context binary; a \
-              switch is a real contextFree of G1 and contextCreateFromBinary of G2. The \
-              runtime serialises QNN calls with one process-wide lock, so a load waits for the \
-              graph execution in flight and delays the next one: on this build a switch \
-              cannot overlap compute, it can only be moved into prefill."
+              switch is a real contextFree of G1 and contextCreateFromBinary of G2. Loads, \
+              frees and executions of distinct contexts take the QNN runtime's lock shared, \
+              so a switch overlaps the compute in flight (RAG_QNN_SERIAL_CALLS=1 makes every \
+              call exclusive again, as in session 3, when a switch could only be moved into \
+              prefill)."
         }
     };
     let identical = if mismatches.is_empty() {
@@ -766,7 +777,13 @@ mod tests {
         std::fs::write(&path, "# Benchmarks\n\nother section\n").unwrap();
         let args = Wrap::parse_from(["x", "--prompt-tokens", "512"]).args;
         let (profile, inst, results) = sim_results(&args);
-        let choice = choose_layout(&profile, 512, MemoryBudget::OneFormPerBlock).unwrap();
+        let choice = choose_layout(
+            &profile,
+            512,
+            MemoryBudget::OneFormPerBlock,
+            &DEFAULT_CHUNKS,
+        )
+        .unwrap();
         write_section(&path, &args, &profile, &inst, &results, &choice, None).unwrap();
         write_section(
             &path,
