@@ -69,7 +69,7 @@ fn prefill(
     let mut rows = Vec::new();
     for l in 0..layers {
         let (k, v) = kv.layer(l, ROWS);
-        rows.extend(k.iter().chain(v).map(|&x| f32::from(x)));
+        rows.extend(k.iter().chain(v).copied());
     }
     (out, rows)
 }
