@@ -8,28 +8,9 @@
 //! never do.
 
 mod common;
-use common::qnn_available;
-use half::f16;
+use common::{h, qnn_available, rand_vec};
 use npu_runtime::qnn::{self, Context, DType, IoTensor};
 use std::time::Instant;
-
-fn h(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|x| f16::from_f32(*x).to_le_bytes())
-        .collect()
-}
-
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 struct Binary {
     bytes: Vec<u8>,

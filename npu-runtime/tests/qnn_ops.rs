@@ -2,34 +2,9 @@
 //! op parameter encodings and context-binary round trips.
 
 mod common;
-use common::qnn_available;
-use half::f16;
+use common::{h, qnn_available, rand_vec, unh};
 use npu_runtime::qnn::ffi::Scalar;
 use npu_runtime::qnn::{self, Context, DType, Param};
-
-fn h(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|x| f16::from_f32(*x).to_le_bytes())
-        .collect()
-}
-
-fn unh(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-        .collect()
-}
-
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");

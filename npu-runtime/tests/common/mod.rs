@@ -3,7 +3,35 @@
 
 pub mod oracle;
 
+use half::f16;
 use npu_runtime::qnn;
+
+/// f32 values as the little-endian fp16 bytes QNN tensors take.
+pub fn h(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+        .collect()
+}
+
+/// Little-endian fp16 bytes back to f32.
+pub fn unh(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2)
+        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect()
+}
+
+/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
+pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
 
 /// Whether the QNN HTP libraries can be loaded. When they are absent the test fails with the
 /// fetch command in the message, unless RAG_SKIP_QNN_TESTS=1 asks to skip it.
