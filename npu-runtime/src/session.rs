@@ -293,9 +293,9 @@ impl Session {
         Ok(())
     }
 
-    /// Chunked causal prefill of `tokens` after the committed context. Returns the last
-    /// position's logits and, if `topk > 0`, the top-k successors of every prompt position.
-    pub fn prefill(&mut self, tokens: &[u32], topk: usize) -> Result<PrefillOutput<'_>> {
+    /// Checks a prefill's input and sizes the top-k rows; returns `topk` capped at the
+    /// vocabulary.
+    fn begin_prefill(&mut self, tokens: &[u32], topk: usize) -> Result<usize> {
         if tokens.is_empty() {
             return Err(RuntimeError::InvalidInput(
                 "prefill of an empty prompt".into(),
@@ -304,10 +304,16 @@ impl Session {
         self.check_tokens(tokens)?;
         self.check_room(tokens.len())?;
         self.last_batch = 0;
-        let v = self.model.vocab_size();
-        let topk = topk.min(v);
         self.topk.truncate(tokens.len());
         self.topk.resize_with(tokens.len(), Vec::new);
+        Ok(topk.min(self.model.vocab_size()))
+    }
+
+    /// Chunked causal prefill of `tokens` after the committed context. Returns the last
+    /// position's logits and, if `topk > 0`, the top-k successors of every prompt position.
+    pub fn prefill(&mut self, tokens: &[u32], topk: usize) -> Result<PrefillOutput<'_>> {
+        let topk = self.begin_prefill(tokens, topk)?;
+        let v = self.model.vocab_size();
         let runs = cover_with_shapes(tokens.len(), self.opts.prefill_chunk, self.opts.max_verify);
         let rows = if topk > 0 {
             LogitsRows::All
@@ -433,19 +439,9 @@ impl Session {
     ) -> Result<PrefillOutput<'_>> {
         /// LM-head rows per block: 16 x vocab f32 stays within a large L2/L3.
         const BLOCK: usize = 16;
-        if tokens.is_empty() {
-            return Err(RuntimeError::InvalidInput(
-                "prefill of an empty prompt".into(),
-            ));
-        }
-        self.check_tokens(tokens)?;
-        self.check_room(tokens.len())?;
-        self.last_batch = 0;
+        let topk = self.begin_prefill(tokens, topk)?;
         let c = self.model.config().clone();
         let (v, e) = (c.vocab_size, c.n_embd);
-        let topk = topk.min(v);
-        self.topk.truncate(tokens.len());
-        self.topk.resize_with(tokens.len(), Vec::new);
         for r in &mut self.topk {
             r.clear();
         }

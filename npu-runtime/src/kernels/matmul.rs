@@ -525,16 +525,7 @@ mod tests {
         let (rows, cols, max_n) = (37, 512, 33);
         let pool = ThreadPool::new(2);
         let mut scratch = MatmulScratch::new(max_n, cols);
-        let types = [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::Q4K,
-            GgmlType::Q6K,
-        ];
-        for ty in types {
+        for ty in crate::kernels::ggml::QUANT_TYPES {
             let w = random_matrix(ty, rows, cols, &mut seed);
             let x = uniform(&mut seed, max_n * cols);
             let mut alone = vec![0f32; max_n * rows];
