@@ -449,9 +449,11 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     if let (Some(s), Some(e)) = (load_start, load_end) {
         writeln!(
             body,
-            "Load average (1 min) at the start / end of the run: {s:.1} / {e:.1} on {} hardware threads{}.\n",
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-            if s.max(e) >= 1.5 { " (a loaded machine: other jobs ran beside this one)" } else { "" }
+            "Load average (1 min) at the start / end of the run: {s:.1} / {e:.1} on {n} hardware threads{}; the run's own threads account for up to {n} of the end value.\n",
+            // The start value is the minute before the run; only it says whether
+            // something else was busy.
+            if s >= 1.0 { " (the minute before the run was busy)" } else { "" },
+            n = std::thread::available_parallelism().map_or(1, |n| n.get()),
         )?;
     }
     writeln!(body, "| chunks | index total (s) | walk+parse+chunk+store+BM25 (s) | embed (s) | throughput (chunks/s, end to end) | no-op re-run (s) |")?;
