@@ -4,7 +4,7 @@
 //! sentence-transformers `max_seq_length` of 256 tokens); the encoder itself runs in the
 //! runtime ([`npu_runtime::bert`]), which also mean-pools and L2-normalises.
 
-use crate::embed_api::Embedder;
+use crate::embed_api::{ChunkTokenizer, Embedder};
 use crate::models::{cache_dir, DEFAULT_EMBEDDER};
 use anyhow::{anyhow, bail, Context, Result};
 use npu_runtime::bert::{BertModel, BertWorkspace, WeightFormat};
@@ -19,6 +19,8 @@ pub const MAX_TOKENS: usize = 256;
 const BATCH_TOKENS: usize = 4096;
 const MODEL_ID: &str = "all-MiniLM-L6-v2/mean/l2/max256";
 const MODEL_ID_Q8_0: &str = "all-MiniLM-L6-v2/mean/l2/max256/q8_0";
+/// Names the WordPiece vocabulary in chunk config strings (the same for f32 and Q8_0).
+const TOKENIZER_ID: &str = "minilm-wordpiece";
 const FILES: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
 
 /// all-MiniLM-L6-v2 on the runtime's BERT encoder.
@@ -132,6 +134,22 @@ impl Embedder for MiniLmEmbedder {
 
     fn model_id(&self) -> &str {
         self.model_id
+    }
+
+    fn chunk_tokenizer(&self) -> Option<ChunkTokenizer> {
+        // A private copy without truncation: an over-long line must count in full.
+        let mut tok = self.tokenizer.clone();
+        tok.with_truncation(None).ok()?;
+        Some(ChunkTokenizer {
+            id: TOKENIZER_ID.to_string(),
+            max_text_tokens: MAX_TOKENS - 2, // [CLS] and [SEP]
+            count: std::sync::Arc::new(move |text: &str| {
+                // WordPiece cannot fail on a &str; were it to, the estimate keeps chunking going.
+                tok.encode(text, false)
+                    .map(|e| e.len())
+                    .unwrap_or_else(|_| corpus_tools::tokens::estimate_tokens(text))
+            }),
+        })
     }
 
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {

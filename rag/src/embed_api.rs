@@ -1,6 +1,8 @@
 //! The embedding-model seam. The index codes against this trait; the MiniLM adapter
 //! (`crate::embed`) implements it, tests plug in small deterministic embedders.
 
+use std::sync::Arc;
+
 /// Turns texts into dense vectors for retrieval.
 pub trait Embedder: Send + Sync {
     /// Length of every vector `embed_batch` returns.
@@ -10,4 +12,22 @@ pub trait Embedder: Send + Sync {
     fn model_id(&self) -> &str;
     /// One L2-normalized vector per input text, in input order.
     fn embed_batch(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>>;
+    /// The model's own token counter, so the indexer can cut chunks that fit its input
+    /// window; `None` (the default) makes the indexer use corpus-tools' estimate.
+    fn chunk_tokenizer(&self) -> Option<ChunkTokenizer> {
+        None
+    }
+}
+
+/// How an embedder counts tokens, for chunking.
+#[derive(Clone)]
+pub struct ChunkTokenizer {
+    /// Names the tokenizer in each document's config string: a different id re-chunks.
+    pub id: String,
+    /// Text tokens the model reads per input (its window minus special tokens); chunks
+    /// are capped at this size so no chunk's tail is cut off by the embedder.
+    pub max_text_tokens: usize,
+    /// Tokens of a text without special tokens. Must be additive over whitespace
+    /// boundaries (true for WordPiece): the chunker sums the counts of lines.
+    pub count: Arc<dyn Fn(&str) -> usize + Send + Sync>,
 }

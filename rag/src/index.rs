@@ -326,6 +326,32 @@ impl Index {
         Ok(summary)
     }
 
+    /// The token counter, effective chunk options and config string of a run. With an
+    /// embedder that has a tokenizer, chunks are counted in its tokens and capped at its
+    /// window (recorded in the config, so an index chunked by the estimate re-chunks once);
+    /// without one, corpus-tools' estimate (config string unchanged from version 1).
+    fn chunking(&self, opts: &IndexOptions) -> (TokenCounter, ChunkOptions, String) {
+        let mut chunk = opts.chunk.clone();
+        let mut tokenizer_tag = String::new();
+        let counter: TokenCounter = match (&opts.token_counter, &self.embedder) {
+            (Some(c), _) => c.clone(),
+            (None, Some(emb)) => match emb.chunk_tokenizer() {
+                Some(t) => {
+                    chunk.chunk_tokens = chunk.chunk_tokens.min(t.max_text_tokens);
+                    tokenizer_tag = format!("/t{}", t.id);
+                    t.count
+                }
+                None => Arc::new(corpus_tools::tokens::estimate_tokens),
+            },
+            (None, None) => Arc::new(corpus_tools::tokens::estimate_tokens),
+        };
+        let config = format!(
+            "v{PIPELINE_VERSION}/c{}/o{}/m{}{tokenizer_tag}",
+            chunk.chunk_tokens, chunk.overlap_tokens, opts.limits.max_file_bytes
+        );
+        (counter, chunk, config)
+    }
+
     fn add_paths_locked(
         &self,
         paths: &[PathBuf],
@@ -342,10 +368,7 @@ impl Index {
                 format!("cannot index {}: no such file or directory", p.display())
             })?);
         }
-        let config = format!(
-            "v{PIPELINE_VERSION}/c{}/o{}/m{}",
-            opts.chunk.chunk_tokens, opts.chunk.overlap_tokens, opts.limits.max_file_bytes
-        );
+        let (counter, chunk_opts, config) = self.chunking(opts);
         progress(IndexProgress {
             phase: Phase::Scan,
             done: 0,
@@ -359,8 +382,6 @@ impl Index {
         let (files, errors) = walk(&roots, &walk_opts);
         summary.walk_errors = errors.len() as u64;
         summary.files_seen = files.len() as u64;
-        let default_counter: TokenCounter = Arc::new(corpus_tools::tokens::estimate_tokens);
-        let counter = opts.token_counter.clone().unwrap_or(default_counter);
 
         let mut seen: HashSet<String> = HashSet::with_capacity(files.len());
         let mut pending: Vec<NewDoc> = Vec::new();
@@ -417,7 +438,7 @@ impl Index {
                     match parse_isolated(file, bytes, &opts.limits) {
                         Ok(parsed) => {
                             doc.kind = parsed.kind.as_str().to_string();
-                            doc.chunks = chunk_doc(&parsed, &opts.chunk, &*counter)
+                            doc.chunks = chunk_doc(&parsed, &chunk_opts, &*counter)
                                 .into_iter()
                                 .map(|c| NewChunk {
                                     text: c.text,
