@@ -6,6 +6,9 @@ use npu_runtime::schedule::plan::plan_progressive;
 use npu_runtime::schedule::{simulate, Instance, Load, Plan};
 use proptest::prelude::*;
 
+mod schedule_support;
+use schedule_support::{load_list, Bounds};
+
 /// Minimum makespan over every plan: all loader orders x all non-decreasing releases.
 fn brute_force(inst: &Instance) -> u64 {
     let n = inst.n_blocks;
@@ -78,19 +81,7 @@ fn two_blocks_one_chunk_by_hand() {
     let inst = Instance::uniform(2, 1, 10, 10, 5, 0, 1);
     let sol = solve(&inst).unwrap();
     assert_eq!(sol.makespan, 20);
-    assert_eq!(
-        sol.plan.loads,
-        vec![
-            Load {
-                block: 1,
-                release: 0
-            },
-            Load {
-                block: 0,
-                release: 1
-            }
-        ]
-    );
+    assert_eq!(sol.plan.loads, load_list(&[(1, 0), (0, 1)]));
     check(&inst);
 }
 
@@ -117,22 +108,8 @@ fn loads_longer_than_any_window() {
     check(&Instance::uniform(2, 3, 10, 10, 25, 5, 1));
 }
 
-/// The appendix's reduction: item blocks with tiny compute on G1 and a dearer G2, followed by
-/// a long block L (compute W per chunk on G1, prohibitive on G2, free switch), two chunks.
-/// The items' switches fit under L's two windows iff the items split into two halves.
 fn partition_instance(items: &[u64]) -> (Instance, u64) {
-    let n = items.len() + 1;
-    let scale = 100;
-    let w: u64 = items.iter().sum::<u64>() * scale / 2;
-    let mut inst = Instance::uniform(n, 2, 1, 2, 0, 0, 1);
-    for c in 0..2 {
-        inst.g1[c * n + n - 1] = w;
-        inst.g2[c * n + n - 1] = 100 * w;
-    }
-    for (i, &a) in items.iter().enumerate() {
-        inst.load[i] = a * scale;
-    }
-    inst.load[n - 1] = 0;
+    let inst = schedule_support::partition_instance(items);
     let ideal = inst.ideal_prefill();
     (inst, ideal)
 }
@@ -174,21 +151,14 @@ fn refuses_too_large_and_unsupported_instances() {
 }
 
 fn arb_instance(max_blocks: usize, max_chunks: usize) -> impl Strategy<Value = Instance> {
-    (1..=max_blocks, 1..=max_chunks).prop_flat_map(|(n, c)| {
-        (
-            prop::collection::vec(1u64..40, n * c),
-            prop::collection::vec(0u64..30, n * c),
-            prop::collection::vec(0u64..60, n),
-            prop::collection::vec(0u64..10, n),
-        )
-            .prop_map(move |(g1, extra, load, unload)| {
-                let mut inst = Instance::uniform(n, c, 0, 0, 0, 0, 3);
-                inst.g2 = g1.iter().zip(&extra).map(|(a, e)| a + e).collect();
-                inst.g1 = g1;
-                inst.load = load;
-                inst.unload = unload;
-                inst
-            })
+    schedule_support::arb_instance(Bounds {
+        max_blocks,
+        max_chunks,
+        g1: 40,
+        g2_extra: 30,
+        load: 60,
+        unload: 10,
+        decode_step: 3,
     })
 }
 

@@ -4,10 +4,13 @@
 use npu_runtime::schedule::exec::{execute, ScheduleExecutor};
 use npu_runtime::schedule::warmup::{warmup_profile, WarmupConfig};
 use npu_runtime::schedule::{
-    Form, Instance, Load, MemoryBudget, Plan, Result, ScheduleError, ScheduleKind,
+    Form, Instance, MemoryBudget, Plan, Result, ScheduleError, ScheduleKind,
 };
 use std::sync::Mutex;
 use std::time::Duration;
+
+mod schedule_support;
+use schedule_support::load_list;
 
 #[derive(Default, Clone, Copy)]
 struct BlockState {
@@ -137,16 +140,7 @@ fn double_residency_keeps_computing_on_g1_while_g2_loads() {
     // Both switches released at step 0. With both forms resident the mock allows G1
     // compute during the block's own load (never G2 before it is loaded).
     let plan = Plan {
-        loads: vec![
-            Load {
-                block: 0,
-                release: 0,
-            },
-            Load {
-                block: 1,
-                release: 0,
-            },
-        ],
+        loads: load_list(&[(0, 0), (1, 0)]),
     };
     let mut mock = Mock::new(n, 2000);
     mock.double = true;
@@ -176,16 +170,7 @@ fn a_failing_load_aborts_without_deadlock() {
 fn invalid_plans_are_refused_before_running() {
     let mock = Mock::new(2, 0);
     let plan = Plan {
-        loads: vec![
-            Load {
-                block: 0,
-                release: 9,
-            },
-            Load {
-                block: 1,
-                release: 9,
-            },
-        ],
+        loads: load_list(&[(0, 9), (1, 9)]),
     };
     assert!(execute(&mock, 2, 2, &plan, false).is_err());
     assert!(mock.log.lock().unwrap().is_empty());

@@ -7,76 +7,19 @@ use npu_runtime::schedule::choose::{default_block_counts, rescale, Overheads, DE
 use npu_runtime::schedule::exact::{self, solve};
 use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() % 1_000_000) as f64 / 1e6
-    }
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+mod schedule_support;
+use schedule_support::{paper_regime_instance, partition_instance, seeded_instance, Bounds, Rng};
 
-/// `tests/schedule_greedy.rs`'s `random_instance`, same generator and seed.
-fn greedy_test_instance(rng: &mut Rng) -> Instance {
-    let n = 2 + (rng.next() % 7) as usize;
-    let c = 1 + (rng.next() % 4) as usize;
-    let base = 5.0 + 35.0 * rng.unit();
-    let slow = 1.0 + 0.3 * rng.unit();
-    let sw = 0.3 + 2.7 * rng.unit();
-    let mut inst = Instance::uniform(n, c, 0, 0, 0, 0, 1000);
-    for s in 0..n * c {
-        let g = base * (0.9 + 0.2 * rng.unit());
-        inst.g1[s] = (g * 1000.0) as u64;
-        inst.g2[s] = (g * slow * 1000.0) as u64;
-    }
-    for b in 0..n {
-        inst.load[b] = (base * sw * (0.8 + 0.4 * rng.unit()) * 1000.0) as u64;
-    }
-    inst
-}
-
-/// The distribution of `tests/schedule_greedy.rs`'s proptest `arb_instance`.
-fn arb_like_instance(rng: &mut Rng) -> Instance {
-    let n = 1 + rng.below(5) as usize;
-    let c = 1 + rng.below(3) as usize;
-    let mut inst = Instance::uniform(n, c, 0, 0, 0, 0, 7);
-    for s in 0..n * c {
-        inst.g1[s] = 1 + rng.below(49);
-        inst.g2[s] = inst.g1[s] + rng.below(20);
-    }
-    for b in 0..n {
-        inst.load[b] = rng.below(120);
-        inst.unload[b] = rng.below(10);
-    }
-    inst
-}
-
-/// `tests/schedule_exact.rs`'s 2-Partition reduction.
-fn partition_instance(items: &[u64]) -> Instance {
-    let n = items.len() + 1;
-    let scale = 100;
-    let w: u64 = items.iter().sum::<u64>() * scale / 2;
-    let mut inst = Instance::uniform(n, 2, 1, 2, 0, 0, 1);
-    for c in 0..2 {
-        inst.g1[c * n + n - 1] = w;
-        inst.g2[c * n + n - 1] = 100 * w;
-    }
-    for (i, &a) in items.iter().enumerate() {
-        inst.load[i] = a * scale;
-    }
-    inst.load[n - 1] = 0;
-    inst
-}
+/// The bounds of `tests/schedule_greedy.rs`'s proptest `arb_instance`.
+const ARB_LIKE: Bounds = Bounds {
+    max_blocks: 5,
+    max_chunks: 3,
+    g1: 50,
+    g2_extra: 20,
+    load: 120,
+    unload: 10,
+    decode_step: 7,
+};
 
 /// Shape of a profile: mean G1 step (ms), G2/G1 ratio, switch/step ratio, teardown share.
 #[derive(Clone, Copy, Debug)]
@@ -204,12 +147,16 @@ fn instance_set() -> Vec<(&'static str, String, Instance)> {
         set.push((
             "S1d greedy-test",
             format!("random_instance #{i}"),
-            greedy_test_instance(&mut rng),
+            paper_regime_instance(&mut rng),
         ));
     }
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     for i in 0..1000 {
-        set.push(("S1d arb", format!("arb #{i}"), arb_like_instance(&mut rng)));
+        set.push((
+            "S1d arb",
+            format!("arb #{i}"),
+            seeded_instance(&mut rng, ARB_LIKE),
+        ));
     }
     set.push((
         "S1e partition",

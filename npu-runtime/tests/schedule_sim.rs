@@ -2,7 +2,10 @@
 
 use npu_runtime::schedule::plan::{plan_async, plan_progressive, plan_sync};
 use npu_runtime::schedule::sim::{simulate, EventKind, Unit};
-use npu_runtime::schedule::{Form, Instance, Load, MemoryBudget, Plan};
+use npu_runtime::schedule::{Form, Instance, MemoryBudget, Plan};
+
+mod schedule_support;
+use schedule_support::load_list;
 
 /// Compute intervals as (block, chunk, form, start, end), in timeline order.
 fn computes(inst: &Instance, plan: &Plan) -> Vec<(usize, usize, Form, u64, u64)> {
@@ -63,23 +66,7 @@ fn async_loads_each_block_after_its_last_chunk() {
     // P2 at t=60 (after prefill): 70-85. Stall 25, TTFT 90.
     let inst = small();
     let plan = plan_async(&inst);
-    assert_eq!(
-        plan.loads,
-        vec![
-            Load {
-                block: 0,
-                release: 4
-            },
-            Load {
-                block: 1,
-                release: 5
-            },
-            Load {
-                block: 2,
-                release: 6
-            }
-        ]
-    );
+    assert_eq!(plan.loads, load_list(&[(0, 4), (1, 5), (2, 6)]));
     assert!(computes(&inst, &plan).iter().all(|c| c.2 == Form::G1));
     assert_eq!(
         loads(&inst, &plan),
@@ -101,23 +88,7 @@ fn progressive_follows_eq_1_2() {
     // P2 (G2) 54-66 run. Prefill 66, switches done 57: no stall, TTFT 71 (overhead 9.2%).
     let inst = small();
     let plan = plan_progressive(&inst);
-    assert_eq!(
-        plan.loads,
-        vec![
-            Load {
-                block: 2,
-                release: 0
-            },
-            Load {
-                block: 1,
-                release: 2
-            },
-            Load {
-                block: 0,
-                release: 4
-            }
-        ]
-    );
+    assert_eq!(plan.loads, load_list(&[(2, 0), (1, 2), (0, 4)]));
     use Form::*;
     assert_eq!(
         computes(&inst, &plan),
@@ -148,16 +119,7 @@ fn a_step_waits_for_its_own_switch() {
     // waits for its own switch: loader P0 10-13-20, P0 computes on G2 20-40, P1 on G2 40-60.
     let inst = Instance::uniform(2, 1, 10, 20, 7, 3, 1);
     let plan = Plan {
-        loads: vec![
-            Load {
-                block: 1,
-                release: 0,
-            },
-            Load {
-                block: 0,
-                release: 0,
-            },
-        ],
+        loads: load_list(&[(1, 0), (0, 0)]),
     };
     let r = simulate(&inst, &plan).unwrap();
     use Form::*;
@@ -184,16 +146,7 @@ fn double_residency_computes_on_g1_during_the_load() {
     let mut inst = Instance::uniform(2, 2, 10, 12, 15, 0, 5);
     inst.budget = MemoryBudget::Bytes(4);
     let plan = Plan {
-        loads: vec![
-            Load {
-                block: 0,
-                release: 0,
-            },
-            Load {
-                block: 1,
-                release: 0,
-            },
-        ],
+        loads: load_list(&[(0, 0), (1, 0)]),
     };
     use Form::*;
     assert_eq!(
@@ -244,74 +197,19 @@ fn invalid_plans_are_rejected() {
     let inst = small();
     let bad = [
         Plan {
-            loads: vec![Load {
-                block: 0,
-                release: 0,
-            }],
+            loads: load_list(&[(0, 0)]),
         },
         Plan {
-            loads: vec![
-                Load {
-                    block: 0,
-                    release: 0,
-                },
-                Load {
-                    block: 0,
-                    release: 1,
-                },
-                Load {
-                    block: 2,
-                    release: 1,
-                },
-            ],
+            loads: load_list(&[(0, 0), (0, 1), (2, 1)]),
         },
         Plan {
-            loads: vec![
-                Load {
-                    block: 0,
-                    release: 3,
-                },
-                Load {
-                    block: 1,
-                    release: 1,
-                },
-                Load {
-                    block: 2,
-                    release: 4,
-                },
-            ],
+            loads: load_list(&[(0, 3), (1, 1), (2, 4)]),
         },
         Plan {
-            loads: vec![
-                Load {
-                    block: 0,
-                    release: 0,
-                },
-                Load {
-                    block: 1,
-                    release: 1,
-                },
-                Load {
-                    block: 7,
-                    release: 1,
-                },
-            ],
+            loads: load_list(&[(0, 0), (1, 1), (7, 1)]),
         },
         Plan {
-            loads: vec![
-                Load {
-                    block: 0,
-                    release: 0,
-                },
-                Load {
-                    block: 1,
-                    release: 1,
-                },
-                Load {
-                    block: 2,
-                    release: 7,
-                },
-            ],
+            loads: load_list(&[(0, 0), (1, 1), (2, 7)]),
         },
     ];
     for p in &bad {

@@ -137,50 +137,27 @@ fn run(inst: &Instance, plan: &Plan, record: bool) -> SimResult {
         while next < plan.loads.len() && plan.loads[next].release <= s {
             let j = plan.loads[next].block;
             let start = loader_free.max(t);
-            let end = if double {
+            // With one form per block the G1 form is torn down before the load (G2 then
+            // counts in its place); with double residency both are held during the load.
+            let load_start = if double {
                 peak_mem = peak_mem.max(mem + inst.mem_g2[j]);
-                push(
-                    &mut events,
-                    record,
-                    loader(
-                        EventKind::Load {
-                            block: j,
-                            form: Form::G2,
-                        },
-                        start,
-                        start + inst.load[j],
-                    ),
-                );
-                start + inst.load[j]
+                start
             } else {
                 let mid = start + inst.unload[j];
-                push(
-                    &mut events,
-                    record,
-                    loader(
-                        EventKind::Unload {
-                            block: j,
-                            form: Form::G1,
-                        },
-                        start,
-                        mid,
-                    ),
-                );
-                push(
-                    &mut events,
-                    record,
-                    loader(
-                        EventKind::Load {
-                            block: j,
-                            form: Form::G2,
-                        },
-                        mid,
-                        mid + inst.load[j],
-                    ),
-                );
+                let unload = EventKind::Unload {
+                    block: j,
+                    form: Form::G1,
+                };
+                push(&mut events, record, loader(unload, start, mid));
                 peak_mem = peak_mem.max(mem - inst.mem_g1[j] + inst.mem_g2[j]);
-                mid + inst.load[j]
+                mid
             };
+            let end = load_start + inst.load[j];
+            let load = EventKind::Load {
+                block: j,
+                form: Form::G2,
+            };
+            push(&mut events, record, loader(load, load_start, end));
             mem = mem - inst.mem_g1[j] + inst.mem_g2[j];
             load_done[j] = end;
             loader_free = end;
