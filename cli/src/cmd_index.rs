@@ -30,6 +30,9 @@ pub struct Args {
     /// Also index hidden files and directories.
     #[arg(long)]
     pub hidden: bool,
+    /// Seconds one file may take to parse; its worker process is then killed.
+    #[arg(long, default_value_t = 10.0)]
+    pub parse_timeout: f64,
     /// Commit the store and BM25 after this many new chunks.
     #[arg(long, default_value_t = 2000)]
     pub commit_every: usize,
@@ -82,6 +85,8 @@ pub fn run(a: Args) -> Result<()> {
     opts.chunk.overlap_tokens = a.overlap;
     opts.limits.max_file_bytes = a.max_file_mb << 20;
     opts.include_hidden = a.hidden;
+    opts.limits.timeout = std::time::Duration::try_from_secs_f64(a.parse_timeout)
+        .map_err(|e| anyhow::anyhow!("--parse-timeout {}: {e}", a.parse_timeout))?;
     opts.commit_every_chunks = a.commit_every.max(1);
     let bar = progress_bar();
     let on_progress = |p: IndexProgress| update_bar(&bar, &p);

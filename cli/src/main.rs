@@ -63,6 +63,7 @@ enum BenchCmd {
 }
 
 fn main() {
+    corpus_tools::worker::init_or_serve(); // parse workers: killable parser isolation
     // lopdf logs WARN for common, harmless PDF quirks; a failing PDF is reported by us.
     let filter = tracing_subscriber::EnvFilter::try_from_env("RAG_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lopdf=error"));

@@ -45,8 +45,11 @@ pub enum SkipReason {
     ParseError,
     /// The parser panicked; the panic was contained.
     Panic,
-    /// The parser exceeded its time limit; its thread was abandoned.
+    /// The parser exceeded its time limit; its worker process was killed (or, with thread
+    /// isolation, its thread abandoned).
     Timeout,
+    /// The parser's worker process died (abort, segfault, killed by the OS).
+    Crashed,
     /// Parsed fine but holds no text.
     Empty,
 }
@@ -61,6 +64,7 @@ impl SkipReason {
             SkipReason::ParseError => "parse-error",
             SkipReason::Panic => "panic",
             SkipReason::Timeout => "timeout",
+            SkipReason::Crashed => "crashed",
             SkipReason::Empty => "empty",
         }
     }

@@ -1,6 +1,7 @@
-//! Running one parser in isolation: its own thread, `catch_unwind`, a time limit and a cap
-//! on the extracted text. A panicking, looping or exploding parser costs one skipped file,
-//! never the indexing run.
+//! Running one parser in isolation: a worker process killed on timeout (see
+//! [`crate::worker`]; binaries opt in), else its own thread; `catch_unwind`, a time limit
+//! and a cap on the extracted text either way. A panicking, looping or exploding parser
+//! costs one skipped file, never the indexing run.
 
 use crate::detect::{classify, DocKind, SkipReason};
 use crate::parse::{parse_bytes, ParsedDoc};
@@ -14,7 +15,8 @@ pub struct ParseLimits {
     pub max_file_bytes: u64,
     /// Extracted text beyond this is an error (a small PDF can expand enormously).
     pub max_text_bytes: usize,
-    /// Wall-clock limit per file; the parser thread is abandoned after it.
+    /// Wall-clock limit per file; the worker process is killed after it (with thread
+    /// isolation, the parser thread is abandoned).
     pub timeout: Duration,
 }
 
@@ -28,24 +30,44 @@ impl Default for ParseLimits {
     }
 }
 
-/// Detect the format of `bytes` (named `path`) and parse it in isolation.
+/// Detect the format of `bytes` (named `path`) and parse it in isolation: in a worker
+/// process when the binary registered one ([`crate::worker::init_or_serve`]), which is
+/// killed on timeout; otherwise on its own thread, which is abandoned on timeout.
 pub fn parse_isolated(
     path: &Path,
     bytes: Vec<u8>,
     limits: &ParseLimits,
 ) -> Result<ParsedDoc, SkipReason> {
-    if crate::gz::is_gzip_doc(path, &bytes) {
-        // Decompression runs under the same isolation (thread, panic catch, time limit) and
-        // is capped at the smaller of the file and text limits.
-        let cap = limits.max_text_bytes.min(limits.max_file_bytes as usize);
-        let plain = isolated(limits.timeout, move || {
-            crate::gz::gunzip_capped(&bytes, cap)
-        })?;
-        let kind = classify(&crate::gz::inner_name(path), &plain)?;
-        return run_isolated(kind, plain, limits, parse_bytes);
+    if let Some(program) = crate::worker::program() {
+        if let Some(r) = crate::worker::parse_in_worker(program, path, &bytes, limits) {
+            return r;
+        }
     }
-    let kind = classify(path, &bytes)?;
-    run_isolated(kind, bytes, limits, parse_bytes)
+    let path = path.to_path_buf();
+    let limits_in = limits.clone();
+    isolated(limits.timeout, move || {
+        parse_direct(&path, bytes, &limits_in, parse_bytes)
+    })
+}
+
+/// Detection, gzip, parsing and the output checks, in the calling thread (the isolation
+/// around it is the caller's). Decompression is capped at the smaller of the file and text
+/// limits.
+pub(crate) fn parse_direct(
+    path: &Path,
+    bytes: Vec<u8>,
+    limits: &ParseLimits,
+    parse: fn(DocKind, &[u8]) -> Result<ParsedDoc, String>,
+) -> Result<ParsedDoc, SkipReason> {
+    let (kind, bytes) = if crate::gz::is_gzip_doc(path, &bytes) {
+        let cap = limits.max_text_bytes.min(limits.max_file_bytes as usize);
+        let plain = crate::gz::gunzip_capped(&bytes, cap)?;
+        (classify(&crate::gz::inner_name(path), &plain)?, plain)
+    } else {
+        (classify(path, &bytes)?, bytes)
+    };
+    let doc = parse(kind, &bytes).map_err(|_| SkipReason::ParseError)?;
+    check_output(doc, limits)
 }
 
 /// Runs `work` on its own thread under `catch_unwind` and a time limit.
@@ -73,7 +95,8 @@ fn isolated<T: Send + 'static>(
     }
 }
 
-/// The isolation harness, generic over the parse function so tests can inject bad parsers.
+/// The thread-isolation harness, generic over the parse function so tests can inject bad
+/// parsers.
 pub fn run_isolated(
     kind: DocKind,
     bytes: Vec<u8>,
@@ -83,6 +106,11 @@ pub fn run_isolated(
     let doc = isolated(limits.timeout, move || {
         parse(kind, &bytes).map_err(|_| SkipReason::ParseError)
     })?;
+    check_output(doc, limits)
+}
+
+/// Extracted text over the cap, or none at all, is a skip.
+fn check_output(doc: ParsedDoc, limits: &ParseLimits) -> Result<ParsedDoc, SkipReason> {
     let text_bytes: usize = doc
         .sections
         .iter()

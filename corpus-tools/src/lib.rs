@@ -3,7 +3,8 @@
 //!
 //! Flow: [`walk::walk`] lists files (respecting `.gitignore` and hidden files) ->
 //! [`load::read_file`] reads one under a size cap -> [`isolate::parse_isolated`] detects the
-//! kind and parses it on its own thread (panic- and time-limited) into [`ParsedDoc`]
+//! kind and parses it in a killable worker process ([`worker`], when the binary opts in)
+//! or on its own thread (panic- and time-limited) into [`ParsedDoc`]
 //! sections -> [`chunk::chunk_doc`] cuts token-bounded, overlapping chunks that keep their
 //! line range or page and heading path.
 
@@ -15,6 +16,7 @@ pub mod load;
 pub mod parse;
 pub mod tokens;
 pub mod walk;
+pub mod worker;
 
 pub use chunk::{chunk_doc, ChunkOptions, ChunkSpec};
 pub use detect::{DocKind, SkipReason};

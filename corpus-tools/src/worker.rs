@@ -1,0 +1,416 @@
+//! Parsing in a child process that can be killed: the strong form of parser isolation.
+//!
+//! A binary opts in by calling [`init_or_serve`] first thing in `main`. Started normally, it
+//! records its own executable as the worker program; started with [`WORKER_ARG`], it serves
+//! parse requests on stdin/stdout until stdin closes. [`crate::parse_isolated`] then sends
+//! each file to an idle worker (kept alive between files, so small files cost one pipe round
+//! trip, not one process); a worker that exceeds the time limit is killed (SIGKILL) and a
+//! worker that dies (abort, segfault, OOM kill) costs only its file (`crashed`). Libraries
+//! embedded in binaries that never call [`init_or_serve`] keep the thread isolation: a
+//! looping parser thread is abandoned there, not killed.
+//!
+//! Frames on both pipes: u32 length (LE) + payload. Request: path, limits, bytes. Response:
+//! 0 + encoded [`ParsedDoc`], or 1 + skip reason.
+
+use crate::detect::{DocKind, SkipReason};
+use crate::isolate::{parse_direct, ParseLimits};
+use crate::parse::{parse_bytes, Line, ParsedDoc, Section};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, OnceLock};
+
+/// First argument that turns a binary into a parse worker.
+pub const WORKER_ARG: &str = "__corpus-tools-parse-worker";
+/// `thread` forces thread isolation even when a worker program is registered.
+pub const ISOLATION_ENV: &str = "RAG_PARSE_ISOLATION";
+/// Test hook, read by workers only: when set, a file whose text starts with
+/// `RAG-TEST-FAULT:loop`, `:panic` or `:abort` makes the worker do that instead of parsing.
+pub const FAULTS_ENV: &str = "RAG_PARSE_TEST_FAULTS";
+
+static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+static IDLE: Mutex<Vec<Worker>> = Mutex::new(Vec::new());
+
+/// Serve as a parse worker if started with [`WORKER_ARG`] (never returns then); otherwise
+/// register the current executable as the worker program.
+pub fn init_or_serve() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == WORKER_ARG) {
+        serve();
+        std::process::exit(0);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        let _ = PROGRAM.set(exe);
+    }
+}
+
+/// The worker program, when process isolation is on.
+pub fn program() -> Option<&'static Path> {
+    if std::env::var(ISOLATION_ENV).as_deref() == Ok("thread") {
+        return None;
+    }
+    PROGRAM.get().map(PathBuf::as_path)
+}
+
+/// Parse `bytes` (named `path`) in a worker process of `program` under `limits`. `None`
+/// when no worker could be started (the caller falls back to thread isolation).
+pub fn parse_in_worker(
+    program: &Path,
+    path: &Path,
+    bytes: &[u8],
+    limits: &ParseLimits,
+) -> Option<Result<ParsedDoc, SkipReason>> {
+    let request = encode_request(path, bytes, limits);
+    // An idle worker may have died since its last file (e.g. OOM-killed): one retry with a
+    // fresh one, so an old death is never blamed on this file.
+    for attempt in 0..2 {
+        let reused = IDLE.lock().ok().and_then(|mut v| v.pop());
+        let fresh = reused.is_none();
+        let mut worker = match reused {
+            Some(w) => w,
+            None => Worker::spawn(program)?,
+        };
+        if worker.send(&request).is_err() {
+            worker.kill();
+            if fresh || attempt == 1 {
+                return Some(Err(SkipReason::Crashed));
+            }
+            continue;
+        }
+        return Some(match worker.responses.recv_timeout(limits.timeout) {
+            Ok(frame) => {
+                let r = decode_response(&frame);
+                if let Ok(mut idle) = IDLE.lock() {
+                    idle.push(worker);
+                }
+                r
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                worker.kill();
+                Err(SkipReason::Timeout)
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                worker.kill();
+                Err(SkipReason::Crashed)
+            }
+        });
+    }
+    None
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    /// Response frames, read by a thread so the caller can wait with a time limit.
+    responses: Receiver<Vec<u8>>,
+}
+
+impl Worker {
+    fn spawn(program: &Path) -> Option<Worker> {
+        let mut child = Command::new(program)
+            .arg(WORKER_ARG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            // A panicking parser's message would land in the user's terminal; the skip
+            // reason is what reports it.
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let stdin = child.stdin.take()?;
+        let mut stdout = child.stdout.take()?;
+        let (tx, responses) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("corpus-parse-worker-reader".into())
+            .spawn(move || {
+                while let Some(frame) = read_frame(&mut stdout) {
+                    if tx.send(frame).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Worker {
+            child,
+            stdin,
+            responses,
+        })
+    }
+
+    fn send(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        write_frame(&mut self.stdin, frame)?;
+        self.stdin.flush()
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The worker loop: one response per request until stdin closes.
+fn serve() {
+    let faults = std::env::var_os(FAULTS_ENV).is_some();
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    while let Some(frame) = read_frame(&mut stdin) {
+        let result = match decode_request(&frame) {
+            Some((path, limits, bytes)) => {
+                let parse = if faults { faulty_parse } else { parse_bytes };
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    parse_direct(&path, bytes, &limits, parse)
+                }))
+                .unwrap_or(Err(SkipReason::Panic))
+            }
+            None => Err(SkipReason::ParseError),
+        };
+        let out = encode_response(&result);
+        if write_frame(&mut stdout, &out).is_err() || stdout.flush().is_err() {
+            return;
+        }
+    }
+}
+
+/// [`parse_bytes`] behind the [`FAULTS_ENV`] test hook.
+fn faulty_parse(kind: DocKind, bytes: &[u8]) -> Result<ParsedDoc, String> {
+    const PREFIX: &[u8] = b"RAG-TEST-FAULT:";
+    if let Some(rest) = bytes.strip_prefix(PREFIX) {
+        if rest.starts_with(b"loop") {
+            #[allow(clippy::empty_loop)]
+            loop {}
+        } else if rest.starts_with(b"panic") {
+            panic!("injected parser panic");
+        } else if rest.starts_with(b"abort") {
+            std::process::abort();
+        }
+    }
+    parse_bytes(kind, bytes)
+}
+
+fn write_frame(w: &mut impl Write, payload: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(payload.len() as u32).to_le_bytes())?;
+    w.write_all(payload)
+}
+
+fn read_frame(r: &mut impl Read) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).ok()?;
+    let mut buf = vec![0u8; u32::from_le_bytes(len) as usize];
+    r.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// Reads the length-prefixed fields of a frame; every read is bounds-checked.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        self.take(n)
+    }
+    fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?.to_vec()).ok()
+    }
+}
+
+fn encode_request(path: &Path, bytes: &[u8], limits: &ParseLimits) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + 64);
+    put_bytes(&mut out, path.as_os_str().as_encoded_bytes());
+    out.extend_from_slice(&limits.max_file_bytes.to_le_bytes());
+    out.extend_from_slice(&(limits.max_text_bytes as u64).to_le_bytes());
+    put_bytes(&mut out, bytes);
+    out
+}
+
+fn decode_request(frame: &[u8]) -> Option<(PathBuf, ParseLimits, Vec<u8>)> {
+    let mut c = Cursor(frame);
+    let path = PathBuf::from(String::from_utf8_lossy(c.bytes()?).into_owned());
+    let limits = ParseLimits {
+        max_file_bytes: c.u64()?,
+        max_text_bytes: usize::try_from(c.u64()?).ok()?,
+        ..ParseLimits::default()
+    };
+    Some((path, limits, c.bytes()?.to_vec()))
+}
+
+const KINDS: [DocKind; 7] = [
+    DocKind::Text,
+    DocKind::Markdown,
+    DocKind::Rst,
+    DocKind::Html,
+    DocKind::Pdf,
+    DocKind::Code,
+    DocKind::Man,
+];
+const REASONS: [SkipReason; 9] = [
+    SkipReason::Unsupported,
+    SkipReason::Binary,
+    SkipReason::TooLarge,
+    SkipReason::Unreadable,
+    SkipReason::ParseError,
+    SkipReason::Panic,
+    SkipReason::Timeout,
+    SkipReason::Empty,
+    SkipReason::Crashed,
+];
+
+fn encode_response(r: &Result<ParsedDoc, SkipReason>) -> Vec<u8> {
+    let mut out = Vec::new();
+    match r {
+        Err(reason) => {
+            out.push(1);
+            out.push(REASONS.iter().position(|x| x == reason).unwrap_or(4) as u8);
+        }
+        Ok(doc) => {
+            out.push(0);
+            out.push(KINDS.iter().position(|k| *k == doc.kind).unwrap_or(0) as u8);
+            out.push(doc.has_line_numbers as u8);
+            out.extend_from_slice(&(doc.sections.len() as u64).to_le_bytes());
+            for s in &doc.sections {
+                out.extend_from_slice(&(s.heading.len() as u64).to_le_bytes());
+                for h in &s.heading {
+                    put_bytes(&mut out, h.as_bytes());
+                }
+                out.extend_from_slice(&s.page.map_or(0, |p| p as u64 + 1).to_le_bytes());
+                out.extend_from_slice(&(s.lines.len() as u64).to_le_bytes());
+                for l in &s.lines {
+                    out.extend_from_slice(&l.number.to_le_bytes());
+                    put_bytes(&mut out, l.text.as_bytes());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A malformed response (a worker that died mid-write) reads as a crash.
+fn decode_response(frame: &[u8]) -> Result<ParsedDoc, SkipReason> {
+    decode_response_inner(frame).unwrap_or(Err(SkipReason::Crashed))
+}
+
+fn decode_response_inner(frame: &[u8]) -> Option<Result<ParsedDoc, SkipReason>> {
+    let mut c = Cursor(frame);
+    if c.u8()? == 1 {
+        return Some(Err(REASONS.get(c.u8()? as usize)?.clone()));
+    }
+    let kind = *KINDS.get(c.u8()? as usize)?;
+    let has_line_numbers = c.u8()? != 0;
+    let n = c.u64()?;
+    let mut sections = Vec::new();
+    for _ in 0..n {
+        let mut heading = Vec::new();
+        for _ in 0..c.u64()? {
+            heading.push(c.string()?);
+        }
+        let page = match c.u64()? {
+            0 => None,
+            p => Some(u32::try_from(p - 1).ok()?),
+        };
+        let mut lines = Vec::new();
+        for _ in 0..c.u64()? {
+            let number = c.u32()?;
+            lines.push(Line {
+                number,
+                text: c.string()?,
+            });
+        }
+        sections.push(Section {
+            heading,
+            page,
+            lines,
+        });
+    }
+    Some(Ok(ParsedDoc {
+        kind,
+        has_line_numbers,
+        sections,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_responses_round_trip() {
+        let limits = ParseLimits {
+            max_file_bytes: 123,
+            max_text_bytes: 456,
+            ..Default::default()
+        };
+        let (p, l, b) =
+            decode_request(&encode_request(Path::new("a/ü.md"), b"x\0y", &limits)).unwrap();
+        assert_eq!(
+            (p, l.max_file_bytes, l.max_text_bytes, b),
+            (PathBuf::from("a/ü.md"), 123, 456, b"x\0y".to_vec())
+        );
+        let doc = ParsedDoc {
+            kind: DocKind::Pdf,
+            has_line_numbers: false,
+            sections: vec![
+                Section {
+                    heading: vec!["A".into(), "B c".into()],
+                    page: Some(0),
+                    lines: vec![Line {
+                        number: 7,
+                        text: "héllo".into(),
+                    }],
+                },
+                Section::default(),
+            ],
+        };
+        assert_eq!(decode_response(&encode_response(&Ok(doc.clone()))), Ok(doc));
+        for r in REASONS {
+            assert_eq!(decode_response(&encode_response(&Err(r.clone()))), Err(r));
+        }
+        for k in KINDS {
+            assert_eq!(KINDS.iter().filter(|x| **x == k).count(), 1);
+        }
+    }
+
+    #[test]
+    fn truncated_or_garbage_responses_are_crashes_not_panics() {
+        let full = encode_response(&Ok(ParsedDoc {
+            kind: DocKind::Text,
+            has_line_numbers: true,
+            sections: vec![Section {
+                heading: vec![],
+                page: None,
+                lines: vec![Line {
+                    number: 1,
+                    text: "text".into(),
+                }],
+            }],
+        }));
+        for n in 0..full.len() {
+            assert_eq!(decode_response(&full[..n]), Err(SkipReason::Crashed));
+        }
+        // A huge declared count with no data behind it stops at the first missing field.
+        let mut bogus = vec![0u8, 0, 1];
+        bogus.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(decode_response(&bogus), Err(SkipReason::Crashed));
+        assert_eq!(decode_response(&[1, 200]), Err(SkipReason::Crashed));
+        assert!(decode_request(&[1, 2, 3]).is_none());
+    }
+}
