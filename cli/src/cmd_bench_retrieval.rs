@@ -262,11 +262,12 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
     let corpus: Vec<String> = a.corpus.iter().map(|c| c.display().to_string()).collect();
     writeln!(
         body,
-        "Corpus: {} ({} files indexed, {} skipped, {} chunks of <=200 estimated tokens, overlap 40). Questions: {} ({}), written for this corpus; a hit counts when its file matches the label and its text contains the labelled snippet. Candidates: top {CANDIDATES} of each list. Embedder: {}.\n",
+        "Corpus: {} ({} files indexed, {} skipped, {} chunks of <=200 tokens by {}, overlap 40). Questions: {} ({}), written for this corpus; a hit counts when its file matches the label and its text contains the labelled snippet. Candidates: top {CANDIDATES} of each list. Embedder: {}.\n",
         corpus.join(", "),
         stats.documents,
         stats.skipped_documents,
         stats.chunks,
+        if dense { "the embedder's WordPiece tokenizer" } else { "the word-piece estimate" },
         questions.len(),
         a.questions.display(),
         if dense { crate::cmd_index::embedder_label() } else { "none (--no-dense)".into() }
