@@ -2,14 +2,16 @@
 //!
 //! Every mode decodes the same prompts greedily on one session; `none` is the
 //! reference both for speed and for output (any difference is a losslessness bug
-//! and is counted as a mismatch). The verify-cost curve is profiled once on the
-//! first prompt and shared by all modes.
+//! and is counted as a mismatch). The verify-cost curve comes from the cache
+//! (`specdec::curve_cache`: same model file, threads, machine and engine build) or is
+//! profiled once on the first prompt, and is shared by all modes.
 
 use crate::bench_report;
 use anyhow::{bail, Context, Result};
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
 use serde_json::json;
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
+use specdec::curve_cache::{self, CurveSource};
 use specdec::{GenConfig, Generator, Metrics, Mode, TokenDb};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,12 +53,20 @@ pub struct Args {
     /// assistant keeps past answers as a draft source; by default the benchmark does too).
     #[arg(long)]
     no_conversation_db: bool,
-    /// Verify-cost curve cache (JSON): read if present, else profiled and written.
+    /// Verify-cost curve file (JSON): read if present, else profiled and written.
+    /// Without it the curve is cached per model, threads, machine and engine build in
+    /// the profile directory (`RAG_PROFILE_DIR`, else `~/.cache/rag/profiles`).
     #[arg(long)]
     cost_curve: Option<PathBuf>,
-    /// Largest verify batch.
+    /// Profile the verify-cost curve even when a valid cached one exists (and replace it).
+    #[arg(long)]
+    reprofile: bool,
+    /// Largest verify batch (graph shapes and the cost profile).
     #[arg(long, default_value_t = 64)]
     max_verify: usize,
+    /// Largest batch the budget controller may choose (default: the library's, 16).
+    #[arg(long)]
+    max_budget: Option<usize>,
     /// Verify this many tree rows every step instead of the cost-curve budget.
     #[arg(long)]
     fixed_budget: Option<usize>,
@@ -179,7 +189,8 @@ struct ModeResult {
     mode: Mode,
     metrics: Metrics,
     outputs: Vec<Vec<u32>>,
-    budgets: Vec<usize>,
+    /// Accepted per estimated draft token at each candidate budget (controller state).
+    ratios: Vec<(usize, f64)>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -237,16 +248,34 @@ pub fn run(args: Args) -> Result<()> {
     // Verify-cost curve at the depth of the first prompt.
     let mut pre = specdec::PrefillOut::default();
     specdec::Target::prefill(&mut session, &prompts[0], 0, &mut pre)?;
-    let curve = match &args.cost_curve {
-        Some(p) if p.exists() => CostCurve::load(p)?,
-        cached => {
-            let c = CostCurve::profile(&mut session, pre.next, &DEFAULT_SIZES, 3)?;
-            if let Some(p) = cached {
-                c.save(p)?;
-            }
-            c
+    let profile = |session: &mut Session| CostCurve::profile(session, pre.next, &DEFAULT_SIZES, 3);
+    let (curve, source) = match &args.cost_curve {
+        Some(p) if p.exists() && !args.reprofile => {
+            (CostCurve::load(p)?, CurveSource::Cached(p.clone()))
+        }
+        Some(p) => {
+            let c = profile(&mut session)?;
+            c.save(p)?;
+            let why = if args.reprofile {
+                "--reprofile"
+            } else {
+                "no file at --cost-curve"
+            };
+            (c, CurveSource::Profiled { why: why.into() })
+        }
+        None => {
+            let key = curve_cache::CurveKey::current(&path, model.threads())?;
+            let file = curve_cache::cache_file(
+                &npu_runtime::schedule::profile::cache_dir(),
+                &path,
+                model.threads(),
+            );
+            curve_cache::get_or_profile(&file, &key, args.reprofile, || profile(&mut session))?
         }
     };
+    if !args.json {
+        eprintln!("verify cost curve: {source}");
+    }
     if !args.json {
         eprintln!(
             "verify cost (ms): {}",
@@ -282,7 +311,10 @@ pub fn run(args: Args) -> Result<()> {
         .map(|(&mode, db)| {
             let cfg = GenConfig {
                 cost_curve: Some(curve.clone()),
-                max_budget: args.max_verify,
+                max_budget: args
+                    .max_budget
+                    .unwrap_or(GenConfig::default().max_budget)
+                    .min(args.max_verify),
                 fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
                 learned_ranking: !args.heuristic_ranking,
                 arm_choice: !args.single_arm,
@@ -302,7 +334,7 @@ pub fn run(args: Args) -> Result<()> {
             mode,
             metrics: Metrics::default(),
             outputs: Vec::new(),
-            budgets: Vec::new(),
+            ratios: Vec::new(),
         })
         .collect();
     for (i, prompt) in prompts.iter().enumerate() {
@@ -356,7 +388,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     for (r, g) in results.iter_mut().zip(&gens) {
-        r.budgets = g.budgets_by_bucket();
+        r.ratios = g.calibration_ratios();
     }
 
     let llama = match &args.llamacpp_json {
@@ -367,7 +399,7 @@ pub fn run(args: Args) -> Result<()> {
     let base_model_ms = results[0].metrics.modeled_ms_per_token();
     let mut table = String::new();
     table.push_str(&format!(
-        "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {}.\n\n",
+        "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {} ({}).\n\n",
         path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
         args.category,
         prompts.len(),
@@ -379,7 +411,11 @@ pub fn run(args: Args) -> Result<()> {
             .zip(&curve.ms)
             .map(|(n, ms)| format!("{n}:{ms:.1}"))
             .collect::<Vec<_>>()
-            .join(" ")
+            .join(" "),
+        match &source {
+            CurveSource::Cached(_) => "cached profile".to_string(),
+            s => s.to_string(),
+        }
     ));
     table.push_str("| mode | decode tok/s | ms/token | speedup | modeled speedup | mean accepted (kept) | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @4 / @8 / @16 / @64 |\n");
     table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -446,7 +482,7 @@ pub fn run(args: Args) -> Result<()> {
                 "accepted_calib_only": m.accepted_calib_only,
                 "accepted_ext_only": m.accepted_ext_only,
                 "tokens": m.tokens,
-                "budget_by_confidence": r.budgets,
+                "accepted_per_estimated": r.ratios.iter().map(|(n, q)| json!([n, q])).collect::<Vec<_>>(),
                 "potential_accepted_4": m.potential_accepted(4),
                 "potential_accepted_8": m.potential_accepted(8),
                 "potential_accepted_16": m.potential_accepted(16),
@@ -503,6 +539,7 @@ pub fn run(args: Args) -> Result<()> {
             "prompts": prompts.len(),
             "threads": model.threads(),
             "cost_curve_ms": curve.sizes.iter().zip(&curve.ms).map(|(n, ms)| json!([n, ms])).collect::<Vec<_>>(),
+            "cost_curve_source": source.to_string(),
             "modes": jmodes,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);

@@ -7,7 +7,7 @@
 //! conversation database) — in milliseconds, independent of machine load.
 //! Extension also reads the argmax of rejected rows, which a replay does not know:
 //! its harvest is empty here, so measure sam+ext / sdnpu with `rag bench specdec`.
-//! `cargo run --release -p specdec --example replay_sim -- CURVE.json MODE[,MODE..] CAPTURE.jsonl.. [--k K] [--branch 2,2] [--window N] [--conf] [--no-trees] [--follow-text] [--vote BELOW,WIDTH]`
+//! `cargo run --release -p specdec --example replay_sim -- CURVE.json MODE[,MODE..] CAPTURE.jsonl.. [--fixed B] [--max-budget B] [--k K] [--branch 2,2] [--window N] [--conf] [--no-trees] [--follow-text] [--vote BELOW,WIDTH]`
 
 use specdec::budget::CostCurve;
 use specdec::drafter::{Mode, SamConfig, SamDrafter};
@@ -152,6 +152,8 @@ fn main() {
     let mut follow = false;
     let mut vote_below = 0usize;
     let mut vote_width = 3usize;
+    let mut fixed: Option<usize> = None;
+    let mut max_budget = GenConfig::default().max_budget;
     let mut i = 3;
     while i < a.len() {
         match a[i].as_str() {
@@ -165,6 +167,14 @@ fn main() {
             }
             "--window" => {
                 window = a[i + 1].parse().unwrap();
+                i += 1;
+            }
+            "--fixed" => {
+                fixed = Some(a[i + 1].parse().unwrap());
+                i += 1;
+            }
+            "--max-budget" => {
+                max_budget = a[i + 1].parse().unwrap();
                 i += 1;
             }
             "--conf" => conf = true,
@@ -199,6 +209,8 @@ fn main() {
             let gcfg = GenConfig {
                 cost_curve: Some(curve.clone()),
                 calib_window: window,
+                fixed_budget: fixed,
+                max_budget,
                 ..Default::default()
             };
             let mk = |db: Option<Arc<specdec::sam::SuffixAutomaton>>| -> Box<dyn specdec::Drafter + Send> {

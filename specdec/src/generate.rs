@@ -2,7 +2,7 @@
 //! accept the greedy path, commit its KV, stop at the first end-of-generation.
 
 use crate::accept_model::AcceptModel;
-use crate::budget::{bucket_of, BudgetController, CostCurve, DEFAULT_SIZES};
+use crate::budget::{BudgetController, CostCurve, Predictions, DEFAULT_SIZES, MAX_SIZES};
 use crate::drafter::{make_drafter_windowed, Drafter, Feedback, Mode};
 use crate::metrics::{Metrics, StopReason};
 use crate::sam::SuffixAutomaton;
@@ -16,6 +16,11 @@ use std::time::Instant;
 #[derive(Clone, Debug)]
 pub struct GenConfig {
     /// Upper bound of the verify batch (rows); the controller picks up to this.
+    /// 16 by default: on replays of captured runs at three measured CPU curves
+    /// (cost(16) / cost(1) = 3.3-3.4), steps the controller sent to 32 or 64 rows
+    /// accepted about a third of what the calibrated trees promised (the steps that
+    /// look best are those whose estimates are most inflated), and capping at 16 was
+    /// faster on every category; raise it for a flatter curve (accelerators).
     pub max_budget: usize,
     /// Deepest draft (tokens after the root).
     pub max_depth: usize,
@@ -40,7 +45,7 @@ pub struct GenConfig {
 impl Default for GenConfig {
     fn default() -> Self {
         GenConfig {
-            max_budget: 64,
+            max_budget: 16,
             max_depth: 32,
             trie_nodes: 256,
             fixed_budget: None,
@@ -57,8 +62,8 @@ struct PendingEval {
     tree: DraftTree,
     /// Index in the context of the first token after the tree's root.
     start: usize,
-    /// Confidence bucket of each arm's cut.
-    buckets: [usize; ARMS],
+    /// Each arm's own estimate of accepted drafts at every candidate budget.
+    est: Predictions,
     age: u32,
 }
 
@@ -136,11 +141,12 @@ impl Generator {
         self.controller.as_ref().map(|c| c.curve())
     }
 
-    /// Budget the controller would give each confidence bucket now.
-    pub fn budgets_by_bucket(&self) -> Vec<usize> {
+    /// Accepted per estimated draft token at each candidate budget (tree of every
+    /// source), as the controller has calibrated it so far.
+    pub fn calibration_ratios(&self) -> Vec<(usize, f64)> {
         self.controller
             .as_ref()
-            .map(|c| c.budgets_by_bucket())
+            .map(|c| c.ratios(ARM_ALL))
             .unwrap_or_default()
     }
 
@@ -248,9 +254,9 @@ impl Generator {
             self.drafter.draft(&self.ctx, &mut self.tree, step);
             self.tree
                 .rank(Some(&self.accept_model).filter(|_| self.cfg.learned_ranking));
-            let mut buckets = [0; ARMS];
-            for (a, b) in buckets.iter_mut().enumerate() {
-                *b = bucket_of(&self.tree, a);
+            let mut est = [[0.0; MAX_SIZES]; ARMS];
+            if let Some(c) = self.controller.as_ref() {
+                c.predict(&self.tree, &mut est);
             }
             // Arm and budget: the fixed budget cuts every source; else the arm whose
             // learned acceptance promises the most tokens per verify millisecond (the
@@ -259,10 +265,10 @@ impl Generator {
                 (Some(b), _) => (ARM_ALL, b),
                 (None, None) => (ARM_ALL, 1),
                 (None, Some(c)) => {
-                    let all = c.choose(ARM_ALL, buckets[ARM_ALL], self.tree.arm_len(ARM_ALL));
+                    let all = c.choose(ARM_ALL, &est[ARM_ALL], self.tree.arm_len(ARM_ALL));
                     let base_len = self.tree.arm_len(ARM_BASE);
                     if self.cfg.arm_choice && base_len < self.tree.arm_len(ARM_ALL) {
-                        let base = c.choose(ARM_BASE, buckets[ARM_BASE], base_len);
+                        let base = c.choose(ARM_BASE, &est[ARM_BASE], base_len);
                         if base.1 > all.1 {
                             (ARM_BASE, base.0)
                         } else {
@@ -353,7 +359,7 @@ impl Generator {
                 self.evals.push_back(PendingEval {
                     tree: spare,
                     start,
-                    buckets,
+                    est,
                     age: 0,
                 });
                 self.evaluate_pending(stop.is_some() || out.len() >= max_tokens, &mut m);
@@ -384,9 +390,9 @@ impl Generator {
                 e.tree.learn(future, &mut self.accept_model);
                 m.observe_counterfactual(&self.ranks);
                 if let Some(c) = self.controller.as_mut() {
-                    c.observe(ARM_ALL, e.buckets[ARM_ALL], &self.ranks);
+                    c.observe(ARM_ALL, &e.est[ARM_ALL], &self.ranks);
                     e.tree.path_ranks(future, ARM_BASE, &mut self.ranks);
-                    c.observe(ARM_BASE, e.buckets[ARM_BASE], &self.ranks);
+                    c.observe(ARM_BASE, &e.est[ARM_BASE], &self.ranks);
                 }
                 self.pool.push(e.tree);
             } else {

@@ -11,6 +11,7 @@
 pub mod accept_model;
 pub mod budget;
 pub mod calibration;
+pub mod curve_cache;
 pub mod drafter;
 pub mod extension;
 pub mod generate;
