@@ -67,6 +67,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     s.prefill(&toks[..depth], 0)?;
     let chain = |n: usize| (0..n as i32).map(|i| i - 1).collect::<Vec<i32>>();
     if only > 0 {
+        // Marker for attaching a profiler (`perf record -p`) after load and prefill.
+        println!("prefilled {depth} tokens, looping N={only}");
+        std::io::Write::flush(&mut std::io::stdout())?;
         let p = chain(only);
         let t0 = Instant::now();
         let mut k = 0;
