@@ -185,20 +185,9 @@ impl Generator {
         let t = Instant::now();
         let topk = self.drafter.prefill_topk();
         // Top-k rows cost a full-vocabulary logit row each: when the drafter wants
-        // them only for a window at the end, prefill the head without (split at a
-        // multiple of the target's prefill run, so the forward passes are the same).
-        let chunk = target.prefill_chunk();
-        let window = self.drafter.prefill_window();
-        let split = if topk > 0 && chunk > 0 && window < prompt.len() {
-            (prompt.len() - window) / chunk * chunk
-        } else {
-            0
-        };
-        if split > 0 {
-            target.prefill(&prompt[..split], 0, &mut self.pre)?;
-        }
-        target.prefill(&prompt[split..], topk, &mut self.pre)?;
-        self.pre.topk_start = split;
+        // them only for a window at the end, the target computes just those.
+        let from = prompt.len().saturating_sub(self.drafter.prefill_window());
+        target.prefill_topk_from(prompt, topk, from, &mut self.pre)?;
         m.prefill_ms = ms(t);
         if self.controller.is_none() {
             let t = Instant::now();

@@ -45,6 +45,31 @@ pub trait Target {
         out: &mut PrefillOut,
     ) -> Result<(), SpecError>;
 
+    /// [`Target::prefill`] with top-k successors wanted only for positions `from..`
+    /// of `tokens`; `out.topk_start` says where the reported rows begin (at most
+    /// `from`). Default: the head up to a multiple of `prefill_chunk()` at or below
+    /// `from` is prefilled without top-k, so the forward passes equal one call's.
+    fn prefill_topk_from(
+        &mut self,
+        tokens: &[u32],
+        topk: usize,
+        from: usize,
+        out: &mut PrefillOut,
+    ) -> Result<(), SpecError> {
+        let chunk = self.prefill_chunk();
+        let split = if topk > 0 && chunk > 0 && from < tokens.len() {
+            from / chunk * chunk
+        } else {
+            0
+        };
+        if split > 0 {
+            self.prefill(&tokens[..split], 0, out)?;
+        }
+        self.prefill(&tokens[split..], topk, out)?;
+        out.topk_start = split;
+        Ok(())
+    }
+
     /// Run the flattened tree (row 0's parent is the last committed token) without
     /// committing anything; write the argmax of every row into `argmax`.
     fn verify(&mut self, tree: &FlatTree, argmax: &mut Vec<u32>) -> Result<(), SpecError>;
