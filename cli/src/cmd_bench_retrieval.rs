@@ -32,6 +32,9 @@ pub struct Args {
     /// Queries per mode for latency percentiles.
     #[arg(long, default_value_t = 300)]
     pub latency_queries: usize,
+    /// Chunk size in tokens (default 200). A non-default size writes its own section.
+    #[arg(long, default_value_t = 200)]
+    pub chunk_tokens: usize,
     /// Do not touch BENCHMARKS.md.
     #[arg(long)]
     pub no_write: bool,
@@ -122,7 +125,11 @@ fn index_dir(a: &Args, tag: &str) -> TempIndex {
 }
 
 /// Index with phase timings: (summary, parse+bm25 seconds, embed seconds).
-fn timed_index(index: &Index, roots: &[PathBuf]) -> Result<(rag::IndexSummary, f64, f64)> {
+fn timed_index(
+    index: &Index,
+    roots: &[PathBuf],
+    chunk_tokens: usize,
+) -> Result<(rag::IndexSummary, f64, f64)> {
     let t0 = Instant::now();
     let embed_start: Cell<Option<Instant>> = Cell::new(None);
     let embed_end: Cell<Option<Instant>> = Cell::new(None);
@@ -144,7 +151,9 @@ fn timed_index(index: &Index, roots: &[PathBuf]) -> Result<(rag::IndexSummary, f
         Phase::Finish if embed_end.get().is_none() => embed_end.set(Some(Instant::now())),
         _ => {}
     };
-    let s = index.add_paths(roots, &IndexOptions::default(), &progress)?;
+    let mut opts = IndexOptions::default();
+    opts.chunk.chunk_tokens = chunk_tokens;
+    let s = index.add_paths(roots, &opts, &progress)?;
     let end = Instant::now();
     let es = embed_start.get();
     let parse = es.unwrap_or(end).duration_since(t0).as_secs_f64();
@@ -182,7 +191,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
     let dense = embedder.is_some();
     let tmp = index_dir(a, "quality");
     let index = Index::open(&tmp.dir, embedder)?;
-    let (summary, _, _) = timed_index(&index, &a.corpus)?;
+    let (summary, _, _) = timed_index(&index, &a.corpus, a.chunk_tokens)?;
     eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
     let stats = index.stats();
 
@@ -262,11 +271,12 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
     let corpus: Vec<String> = a.corpus.iter().map(|c| c.display().to_string()).collect();
     writeln!(
         body,
-        "Corpus: {} ({} files indexed, {} skipped, {} chunks of <=200 tokens by {}, overlap 40). Questions: {} ({}), written for this corpus; a hit counts when its file matches the label and its text contains the labelled snippet. Candidates: top {CANDIDATES} of each list. Embedder: {}.\n",
+        "Corpus: {} ({} files indexed, {} skipped, {} chunks of <={} tokens by {}, overlap 40). Questions: {} ({}), written for this corpus; a hit counts when its file matches the label and its text contains the labelled snippet. Candidates: top {CANDIDATES} of each list. Embedder: {}.\n",
         corpus.join(", "),
         stats.documents,
         stats.skipped_documents,
         stats.chunks,
+        a.chunk_tokens,
         if dense { "the embedder's WordPiece tokenizer" } else { "the word-piece estimate" },
         questions.len(),
         a.questions.display(),
@@ -323,7 +333,13 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
                 "Retrieval quality, f32 embedder (RAG_EMBED_FORMAT=f32)",
             )
         };
-        bench_report::write_section(key, title, &body)?;
+        if a.chunk_tokens == 200 {
+            bench_report::write_section(key, title, &body)?;
+        } else {
+            let key = format!("{key}-c{}", a.chunk_tokens);
+            let title = format!("{title}, chunks of <= {} tokens", a.chunk_tokens);
+            bench_report::write_section(&key, &title, &body)?;
+        }
     }
     Ok(())
 }
@@ -419,11 +435,12 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     };
     let planned = synth_corpus(&corpus_dir, &a.corpus, n)?;
     let index = Index::open(&tmp.dir, embedder)?;
-    let (summary, parse_s, embed_s) = timed_index(&index, std::slice::from_ref(&corpus_dir))?;
+    let (summary, parse_s, embed_s) =
+        timed_index(&index, std::slice::from_ref(&corpus_dir), a.chunk_tokens)?;
     eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
     let total_s = summary.elapsed.as_secs_f64();
     // Re-run with nothing changed: the incremental no-op cost.
-    let (noop, _, _) = timed_index(&index, std::slice::from_ref(&corpus_dir))?;
+    let (noop, _, _) = timed_index(&index, std::slice::from_ref(&corpus_dir), a.chunk_tokens)?;
     let mut lat_rows = Vec::new();
     for (mode, name) in modes(dense) {
         let mut lat = Vec::with_capacity(a.latency_queries);

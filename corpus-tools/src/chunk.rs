@@ -103,8 +103,10 @@ fn pieces_of<'a>(
         // An over-long line (minified code, a paragraph without newlines): cut by words.
         let mut buf = String::new();
         let mut buf_tokens = 0;
-        for word in text.split_whitespace() {
-            let t = count(word).max(1);
+        for (word, t) in text
+            .split_whitespace()
+            .flat_map(|w| split_word(w, max, count))
+        {
             if buf_tokens + t > max && !buf.is_empty() {
                 out.push(Piece {
                     line,
@@ -116,7 +118,7 @@ fn pieces_of<'a>(
             if !buf.is_empty() {
                 buf.push(' ');
             }
-            buf.push_str(word);
+            buf.push_str(&word);
             buf_tokens += t;
         }
         if !buf.is_empty() {
@@ -126,6 +128,34 @@ fn pieces_of<'a>(
                 tokens: buf_tokens,
             });
         }
+    }
+    out
+}
+
+/// A word, or for a word over `max` tokens on its own (a Markdown table rule, a long
+/// hash run), parts of it that fit: cut at character boundaries, each part checked.
+fn split_word(word: &str, max: usize, count: &dyn Fn(&str) -> usize) -> Vec<(String, usize)> {
+    let t = count(word).max(1);
+    if t <= max {
+        return vec![(word.to_string(), t)];
+    }
+    let chars: Vec<char> = word.chars().collect();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < chars.len() {
+        // Proportional first guess, halved until the part fits (one char always does,
+        // unless a single character is over `max`, which no counter does for max >= 8).
+        let mut len = (chars.len() * max / t).clamp(1, chars.len() - start);
+        loop {
+            let part: String = chars[start..start + len].iter().collect();
+            let n = count(&part).max(1);
+            if n <= max || len == 1 {
+                out.push((part, n));
+                break;
+            }
+            len /= 2;
+        }
+        start += len;
     }
     out
 }
@@ -200,6 +230,22 @@ mod tests {
         assert!(chunks.iter().all(|c| estimate_tokens(&c.text) <= 200));
         assert_eq!(chunks.last().unwrap().heading.as_deref(), Some("Top > Sub"));
         assert_eq!(chunks.last().unwrap().lines, Some((3, 3)));
+    }
+
+    #[test]
+    fn a_word_over_the_limit_is_cut_into_parts_that_fit() {
+        // A Markdown table rule: one "word" of punctuation, one token per character.
+        let rule = format!("|{}|", "-".repeat(700));
+        let doc = parse_bytes(DocKind::Markdown, format!("# T\n{rule}\n").as_bytes()).unwrap();
+        let opts = ChunkOptions {
+            chunk_tokens: 100,
+            overlap_tokens: 10,
+        };
+        let chunks = chunk_doc(&doc, &opts, &estimate_tokens);
+        assert!(chunks.len() >= 7);
+        assert!(chunks.iter().all(|c| estimate_tokens(&c.text) <= 100));
+        let dashes: usize = chunks.iter().map(|c| c.text.matches('-').count()).sum();
+        assert!(dashes >= 700, "no character lost");
     }
 
     #[test]

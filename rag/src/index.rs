@@ -33,7 +33,8 @@ pub type Ranked = Vec<(i64, f32)>;
 pub type TokenCounter = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
 /// Bump when parsing/chunking changes output for the same bytes: forces re-chunking.
-const PIPELINE_VERSION: u32 = 1;
+/// 2: words over the chunk size are cut (session 5).
+const PIPELINE_VERSION: u32 = 2;
 
 #[derive(Clone)]
 pub struct IndexOptions {
@@ -329,7 +330,7 @@ impl Index {
     /// The token counter, effective chunk options and config string of a run. With an
     /// embedder that has a tokenizer, chunks are counted in its tokens and capped at its
     /// window (recorded in the config, so an index chunked by the estimate re-chunks once);
-    /// without one, corpus-tools' estimate (config string unchanged from version 1).
+    /// without one, corpus-tools' estimate.
     fn chunking(&self, opts: &IndexOptions) -> (TokenCounter, ChunkOptions, String) {
         let mut chunk = opts.chunk.clone();
         let mut tokenizer_tag = String::new();

@@ -1,7 +1,7 @@
 //! Chunks fit the embedder's input window when its real tokenizer is loaded: on text the
 //! word-piece estimate under-counts (hashes, versions, addresses: changelog-like lines),
 //! estimate-sized chunks overflow MiniLM's 256 tokens, chunks made by `rag index` with the
-//! embedder do not.
+//! embedder do not, even when one "word" alone is longer than the window.
 
 use corpus_tools::{chunk_doc, parse_isolated, ChunkOptions, ParseLimits};
 use rag::embed::{MiniLmEmbedder, MAX_TOKENS};
@@ -61,7 +61,9 @@ fn no_chunk_exceeds_the_embedder_window() {
 
     let corpus = tempfile::tempdir().unwrap();
     let file = corpus.path().join("changelog");
-    std::fs::write(&file, changelog(60)).unwrap();
+    // Plus a Markdown-style table rule: one whitespace-free "word" of ~600 tokens.
+    let text = format!("{}|{}|\n{}", changelog(30), "-".repeat(600), changelog(30));
+    std::fs::write(&file, text).unwrap();
 
     // The corpus really overflows with estimate-bounded chunks (the old behaviour).
     let doc = parse_isolated(
