@@ -2,8 +2,11 @@
 //! question set with expected facts (how the default model is chosen).
 //!
 //! A question counts as answered when, for every expected fact, at least one of its
-//! accepted spellings appears in the answer (case-insensitive). Crude but honest: it checks
-//! the fact is there, not the prose around it.
+//! accepted spellings appears in the answer, and none of its forbidden strings does
+//! (case-insensitive). Crude but honest: it checks the fact is there, not the prose around
+//! it. Questions whose answer is not in the corpus expect one of a list of refusal phrases
+//! ("not mentioned", "no information", ...) and may forbid strings a made-up answer would
+//! contain (a currency sign for a price).
 
 use crate::bench_report;
 use anyhow::{Context, Result};
@@ -45,6 +48,9 @@ struct Question {
     question: String,
     /// Facts; each fact is a list of accepted spellings.
     expect: Vec<Vec<String>>,
+    /// Strings that make the answer wrong wherever they appear.
+    #[serde(default)]
+    forbid: Vec<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -66,11 +72,12 @@ impl Drop for ScratchDir {
     }
 }
 
-fn is_correct(answer: &str, expect: &[Vec<String>]) -> bool {
+fn is_correct(answer: &str, expect: &[Vec<String>], forbid: &[String]) -> bool {
     let a = answer.to_lowercase();
     expect
         .iter()
         .all(|alts| alts.iter().any(|s| a.contains(&s.to_lowercase())))
+        && !forbid.iter().any(|s| a.contains(&s.to_lowercase()))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -123,7 +130,7 @@ pub fn run(a: Args) -> Result<()> {
         for q in &questions {
             let t = Instant::now();
             let answer = assistant.ask(&q.question, &ask, &mut |_| true)?;
-            let ok = is_correct(&answer.answer, &q.expect);
+            let ok = is_correct(&answer.answer, &q.expect, &q.forbid);
             if a.verbose {
                 eprintln!(
                     "[{model}] {} {}: {}",
@@ -154,7 +161,7 @@ pub fn run(a: Args) -> Result<()> {
         });
     }
     let mut table = String::from(
-        "Answer quality of `rag ask` on the bundled sample corpus (a question is correct when every expected fact appears in the answer; greedy decoding, default prompt and retrieval). TTFT includes retrieval and prefill; the first question also includes model loading.\n\n| model | correct | median TTFT ms | median decode tok/s | failed |\n|---|---|---|---|---|\n",
+        "Answer quality of `rag ask` on the bundled sample corpus (a question is correct when every expected fact appears in the answer, in one of its listed spellings, and no forbidden string does; questions not answerable from the corpus expect a refusal phrase; greedy decoding, default prompt and retrieval). TTFT includes retrieval and prefill; the first question also includes model loading.\n\n| model | correct | median TTFT ms | median decode tok/s | failed |\n|---|---|---|---|---|\n",
     );
     for r in &results {
         writeln!(
@@ -261,8 +268,16 @@ mod tests {
             vec!["3 years".to_owned(), "three years".to_owned()],
             vec!["PAIR".to_owned()],
         ];
-        assert!(is_correct("Hold pair for Three Years", &expect));
-        assert!(!is_correct("three years", &expect));
-        assert!(!is_correct("pair", &expect));
+        assert!(is_correct("Hold pair for Three Years", &expect, &[]));
+        assert!(!is_correct("three years", &expect, &[]));
+        assert!(!is_correct("pair", &expect, &[]));
+        let decline = vec![vec!["not mentioned".to_owned()]];
+        let forbid = vec!["$".to_owned()];
+        assert!(is_correct("The price is not mentioned.", &decline, &forbid));
+        assert!(!is_correct(
+            "It costs $99 (not mentioned in the manual).",
+            &decline,
+            &forbid
+        ));
     }
 }
