@@ -28,6 +28,7 @@ fn run(prec: Option<Precision>, op: &str, x: &[f32]) -> Vec<f32> {
     let opts = GraphOptions {
         precision: prec,
         optimization: None,
+        ..GraphOptions::default()
     };
     let mut g = ctx.build_with("p", opts).unwrap();
     let a = g.input(DType::F32, &[1, 4]).unwrap();
@@ -127,6 +128,7 @@ fn explore_error_by_graph_size() {
                 .with_graph_options(GraphOptions {
                     precision: None,
                     optimization: opt,
+                    ..GraphOptions::default()
                 });
             let t0 = std::time::Instant::now();
             let mut r = BlockRunner::prefill_only(qb, model.clone(), 2, t, 64).unwrap();

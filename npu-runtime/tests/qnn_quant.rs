@@ -10,10 +10,19 @@
 //!   Dequantize of a per-channel tensor is rejected.
 //!
 //! Context-binary bytes of each are printed next to the fp16-weight graph's.
+//!
+//! The ignored `smollm2_block_cost_fp16_vs_s8` measures what the lowering's s8 switch
+//! (`WeightFormat::S8PerChannel`) changes on the whole model: finalize time, context-binary
+//! size and execute time per block. Its accuracy is tested in `qnn_smollm2.rs`.
 
 mod common;
-use common::{h, qnn_available, rand_vec, unh};
-use npu_runtime::qnn::{Context, DType, Quant};
+use common::{h, qnn_available, rand_vec, smollm2, unh};
+use graphs::ir::{BlockSpec, GraphShape};
+use npu_runtime::attention::BatchMask;
+use npu_runtime::backend::{Backend, BlockIo, LogitsRows};
+use npu_runtime::kv_cache::KvCache;
+use npu_runtime::qnn::{Context, DType, GraphOptions, QnnBackend, QnnGraph, Quant, WeightFormat};
+use std::time::Instant;
 
 /// Quantizes `w [rows, cols]` to u8 with one asymmetric range per row (or for the whole
 /// tensor): returns the bytes, the per-row (scale, offset) and the dequantized weights.
@@ -191,4 +200,91 @@ fn fully_connected_with_u8_weights_and_fp16_activations() {
         asym > 1e-2,
         "s8 offsets are honoured now ({asym}): asymmetric s8 is usable"
     );
+}
+
+/// SmolLM2 in 2 blocks of 15 layers at 16 rows and 64 KV slots (a 16-token prefill chunk
+/// at 16 past tokens), fp16 vs s8 weights: finalize time and context binary per block, then
+/// 3 interleaved rounds of executing both blocks, median per block. Minutes of emulation:
+/// `cargo test -p npu-runtime --release --test qnn_quant -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn smollm2_block_cost_fp16_vs_s8() {
+    if !qnn_available() {
+        return;
+    }
+    let Some(model) = smollm2() else { return };
+    let c = model.config().clone();
+    let (t, kv, n_past) = (16usize, 64usize, 16usize);
+    let formats = [WeightFormat::F16, WeightFormat::S8PerChannel];
+    let specs = BlockSpec::split(c.n_layer, 2);
+    let mut sets: Vec<(QnnBackend, Vec<QnnGraph>)> = formats
+        .iter()
+        .map(|&weights| {
+            let be = QnnBackend::new(model.clone(), kv, None)
+                .unwrap()
+                .with_graph_options(GraphOptions {
+                    weights,
+                    ..GraphOptions::default()
+                });
+            let graphs = specs
+                .iter()
+                .map(|s| {
+                    let mut g = be.compile(s, GraphShape::new(t, kv)).unwrap();
+                    be.load(&mut g).unwrap();
+                    let tm = g.times();
+                    eprintln!(
+                        "{weights:?} layers {:?}: build {:.2}s finalize {:.2}s serialize {:.2}s \
+                         load {:.0} ms, binary {} bytes",
+                        s.layers,
+                        tm.build.as_secs_f64(),
+                        tm.finalize.as_secs_f64(),
+                        tm.serialize.as_secs_f64(),
+                        tm.load.as_secs_f64() * 1e3,
+                        tm.binary_bytes
+                    );
+                    g
+                })
+                .collect();
+            (be, graphs)
+        })
+        .collect();
+    let mut kvc = KvCache::new(c.n_layer, c.n_head_kv, c.head_dim, kv);
+    let mut mask = BatchMask::new(t);
+    mask.set_causal(t).unwrap();
+    let tokens: Vec<u32> = (0..t as u32).map(|i| 100 + 7 * i).collect();
+    let mut logits = vec![0f32; c.vocab_size];
+    // ms[format][block]
+    let mut ms = vec![vec![Vec::new(); specs.len()]; formats.len()];
+    for _round in 0..3 {
+        for (fi, (be, graphs)) in sets.iter_mut().enumerate() {
+            let mut hidden = vec![0f32; t * c.n_embd];
+            for (bi, g) in graphs.iter_mut().enumerate() {
+                let t0 = Instant::now();
+                be.execute(
+                    g,
+                    BlockIo {
+                        tokens: &tokens,
+                        hidden: &mut hidden,
+                        kv: &mut kvc,
+                        mask: &mask,
+                        n_past,
+                        logits: &mut logits,
+                        logits_rows: LogitsRows::Last,
+                    },
+                )
+                .unwrap();
+                ms[fi][bi].push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    for (fi, f) in formats.iter().enumerate() {
+        for (bi, s) in specs.iter().enumerate() {
+            let mut v = ms[fi][bi].clone();
+            v.sort_by(f64::total_cmp);
+            eprintln!(
+                "{f:?} layers {:?}: execute median {:.0} ms {v:.0?}",
+                s.layers, v[1]
+            );
+        }
+    }
 }

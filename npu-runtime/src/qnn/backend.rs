@@ -3,7 +3,7 @@
 //! contextFree; execute = host staging (fp16 conversion, mask, RoPE tables, past KV) and
 //! graphExecute, then the new K/V rows go back into the host cache.
 
-use super::cache::{entry_key, file_hash, BinaryCache, CachedGraph};
+use super::cache::{entry_key, file_hash, options_key, BinaryCache, CachedGraph};
 use super::error::QnnError;
 use super::graph::{Context, Graph, GraphOptions, IoTensor};
 use super::library::runtime;
@@ -145,7 +145,7 @@ impl QnnBackend {
         let t0 = Instant::now();
         let ctx = Context::new()?;
         let mut b = ctx.build_with(name, self.graph_opts)?;
-        build_block(&mut b, &self.model, block, shape)?;
+        build_block(&mut b, &self.model, block, shape, self.graph_opts.weights)?;
         times.build = t0.elapsed();
         let t1 = Instant::now();
         let graph = b.finalize()?;
@@ -207,14 +207,7 @@ impl Backend for QnnBackend {
         );
         let mut times = QnnTimes::default();
         let mut key = entry_key(self.model_hash, block, shape, runtime()?.build_id());
-        if self.graph_opts != GraphOptions::default() {
-            let o = self.graph_opts;
-            key.push_str(&format!(
-                "-p{}o{}",
-                o.precision.map_or(9, |p| p as u8),
-                o.optimization.unwrap_or(0)
-            ));
-        }
+        key.push_str(&options_key(&self.graph_opts));
         let cached = self.cache.as_ref().and_then(|c| c.get(&key));
         let binary = match cached {
             Some(g) => {

@@ -4,7 +4,7 @@
 //! stored with the binary).
 
 use super::error::{QnnError, QnnResult};
-use super::graph::{DType, IoTensor};
+use super::graph::{DType, GraphOptions, IoTensor, WeightFormat};
 use super::lower::LOWERING_VERSION;
 use graphs::ir::{BlockSpec, GraphShape};
 use std::io::Read;
@@ -50,6 +50,23 @@ pub fn entry_key(model_hash: u64, block: &BlockSpec, shape: GraphShape, build_id
         shape.tokens,
         shape.kv_capacity
     )
+}
+
+/// The cache-key suffix of non-default graph options (empty for the defaults, so default
+/// entries keep their keys).
+pub fn options_key(o: &GraphOptions) -> String {
+    let mut key = String::new();
+    if o.precision.is_some() || o.optimization.is_some() {
+        key.push_str(&format!(
+            "-p{}o{}",
+            o.precision.map_or(9, |p| p as u8),
+            o.optimization.unwrap_or(0)
+        ));
+    }
+    if o.weights == WeightFormat::S8PerChannel {
+        key.push_str("-ws8c");
+    }
+    key
 }
 
 /// A directory of cached binaries.
@@ -216,6 +233,36 @@ mod tests {
         assert_eq!(r.binary, vec![1, 2, 3]);
         std::fs::write(c.dir().join(format!("{k1}.io")), "garbage").unwrap();
         assert!(c.get(&k1).is_none());
+    }
+
+    #[test]
+    fn option_keys_keep_defaults_and_separate_weight_formats() {
+        use super::super::graph::Precision;
+        let d = GraphOptions::default();
+        assert_eq!(options_key(&d), "");
+        let s8 = GraphOptions {
+            weights: WeightFormat::S8PerChannel,
+            ..d
+        };
+        let o3 = GraphOptions {
+            optimization: Some(3),
+            ..d
+        };
+        let o3s8 = GraphOptions {
+            weights: WeightFormat::S8PerChannel,
+            ..o3
+        };
+        let p16 = GraphOptions {
+            precision: Some(Precision::Float16),
+            ..d
+        };
+        let keys: Vec<String> = [s8, o3, o3s8, p16].iter().map(options_key).collect();
+        // The session-3 suffix of a precision/optimization setting is unchanged.
+        assert_eq!(keys[1], "-p9o3");
+        for (i, a) in keys.iter().enumerate() {
+            assert!(!a.is_empty());
+            assert!(keys[i + 1..].iter().all(|b| a != b), "{keys:?}");
+        }
     }
 
     #[test]

@@ -77,12 +77,25 @@ pub enum Precision {
     Float16,
 }
 
-/// HTP graph settings passed to `graphCreate` (`None`: the library's default).
+/// How the block lowering stores the weight matrices (the FullyConnected weights: Q/K/V,
+/// output projection, MLP, LM head; the embedding table stays fp16 for `Gather`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    #[default]
+    F16,
+    /// Symmetric s8 with one scale per output channel (offset 0): the only 8-bit weight
+    /// form this HTP build computes correctly with fp16 activations (tests/qnn_quant.rs).
+    S8PerChannel,
+}
+
+/// HTP graph settings passed to `graphCreate` (`None`: the library's default), and the
+/// lowering's weight format (`weights`, not a `graphCreate` setting).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GraphOptions {
     pub precision: Option<Precision>,
     /// Finalize optimization level, 1 (fast prepare) ..= 3.
     pub optimization: Option<u8>,
+    pub weights: WeightFormat,
 }
 
 /// Quantization of a fixed-point static tensor: real = (stored + offset) * scale.

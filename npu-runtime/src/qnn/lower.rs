@@ -24,7 +24,7 @@
 
 use super::error::QnnResult;
 use super::ffi::Scalar;
-use super::graph::{DType, GraphBuilder, Param, TensorId};
+use super::graph::{DType, GraphBuilder, Param, Quant, TensorId, WeightFormat};
 use crate::kernels::QMatrix;
 use crate::session::Model;
 use graphs::config::RopeStyle;
@@ -37,6 +37,41 @@ pub const MASK_HIDDEN: f32 = -30000.0;
 
 /// Bumped whenever the lowering changes, so cached context binaries are rebuilt.
 pub const LOWERING_VERSION: u32 = 1;
+
+/// A GGUF weight matrix with the host-side rewrites: rows taken in `order` (all rows when
+/// `None`), multiplied by `scale`. Dequantized one row at a time while it is stored.
+struct Matrix<'a> {
+    m: &'a QMatrix,
+    order: Option<&'a [usize]>,
+    scale: f32,
+}
+
+fn matrix<'a>(m: &'a QMatrix, order: Option<&'a [usize]>, scale: f32) -> Matrix<'a> {
+    Matrix { m, order, scale }
+}
+
+impl Matrix<'_> {
+    fn dims(&self) -> [u32; 2] {
+        [self.m.rows() as u32, self.m.cols() as u32]
+    }
+
+    /// Calls `f` with each dequantized row (f32, after the rewrites), in order.
+    fn for_each_row(&self, mut f: impl FnMut(&[f32])) {
+        let mut row = vec![0f32; self.m.cols()];
+        for r in 0..self.m.rows() {
+            self.m
+                .dequantize_row(self.order.map_or(r, |o| o[r]), &mut row);
+            row.iter_mut().for_each(|x| *x *= self.scale);
+            f(&row);
+        }
+    }
+
+    fn f16_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.m.rows() * self.m.cols() * 2);
+        self.for_each_row(|row| out.extend(f16_bytes(row.iter().copied())));
+        out
+    }
+}
 
 fn f16_bytes(v: impl IntoIterator<Item = f32>) -> Vec<u8> {
     v.into_iter()
@@ -60,21 +95,17 @@ fn head_perm(d: usize, style: RopeStyle) -> Vec<usize> {
     }
 }
 
-/// Dequantizes a matrix to fp16 bytes `[rows, cols]`, taking rows in `order` (all rows
-/// when `None`) and multiplying by `scale`.
-fn matrix_f16(m: &QMatrix, order: Option<&[usize]>, scale: f32) -> Vec<u8> {
-    let (rows, cols) = (m.rows(), m.cols());
-    let mut row = vec![0f32; cols];
-    let mut out = Vec::with_capacity(rows * cols * 2);
-    for r in 0..rows {
-        let src = order.map_or(r, |o| o[r]);
-        m.dequantize_row(src, &mut row);
-        out.extend(
-            row.iter()
-                .flat_map(|x| f16::from_f32(x * scale).to_le_bytes()),
-        );
-    }
-    out
+/// Symmetric s8 for one row (output channel): scale = max |w| / 127, offset 0, values
+/// rounded to nearest, appended to `q`. Returns the scale; an all-zero row gets 1 (any
+/// positive scale stores zeros exactly).
+fn quantize_s8_row(row: &[f32], q: &mut Vec<u8>) -> f32 {
+    let max = row.iter().fold(0f32, |a, x| a.max(x.abs()));
+    let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+    q.extend(
+        row.iter()
+            .map(|&x| (x / scale).round().clamp(-127.0, 127.0) as i8 as u8),
+    );
+    scale
 }
 
 /// Row order for Wq/Wk with `n_heads` heads of `d`.
@@ -85,6 +116,7 @@ fn qk_order(n_heads: usize, d: usize, style: RopeStyle) -> Vec<usize> {
 
 struct Lower<'g, 'c> {
     g: &'g mut GraphBuilder<'c>,
+    weights: WeightFormat,
 }
 
 impl Lower<'_, '_> {
@@ -162,25 +194,42 @@ impl Lower<'_, '_> {
         )
     }
 
-    /// `x [T, in] -> [T, out]` with fp16 weights `[out, in]` and optional bias.
+    /// A weight matrix as a static tensor `[rows, cols]` in the block's weight format.
+    fn weight(&mut self, m: Matrix<'_>) -> QnnResult<TensorId> {
+        let dims = m.dims();
+        match self.weights {
+            WeightFormat::F16 => self.g.constant(DType::F16, &dims, m.f16_bytes()),
+            WeightFormat::S8PerChannel => {
+                let mut q = Vec::with_capacity(dims[0] as usize * dims[1] as usize);
+                let mut scale_offsets = Vec::with_capacity(dims[0] as usize);
+                m.for_each_row(|row| scale_offsets.push((quantize_s8_row(row, &mut q), 0)));
+                let quant = Quant::PerAxis {
+                    axis: 0,
+                    scale_offsets,
+                };
+                self.g.constant_quantized(DType::S8, &dims, q, &quant)
+            }
+        }
+    }
+
+    /// `x [T, in] -> [T, out]` with weights `[out, in]` and an optional fp16 bias.
     fn linear(
         &mut self,
         x: TensorId,
-        w: Vec<u8>,
-        out: usize,
+        w: Matrix<'_>,
         bias: Option<Vec<u8>>,
         dst: Option<TensorId>,
     ) -> QnnResult<TensorId> {
         let t = self.g.dims(x)[0];
-        let inp = self.g.dims(x)[1];
-        let wt = self.g.constant(DType::F16, &[out as u32, inp], w)?;
+        let out = w.dims()[0];
+        let wt = self.weight(w)?;
         let mut ins = vec![x, wt];
         if let Some(b) = bias {
-            ins.push(self.g.constant(DType::F16, &[out as u32], b)?);
+            ins.push(self.g.constant(DType::F16, &[out], b)?);
         }
         let o = match dst {
             Some(o) => o,
-            None => self.native(&[t, out as u32])?,
+            None => self.native(&[t, out])?,
         };
         self.g.node("FullyConnected", &ins, &[o], vec![])?;
         Ok(o)
@@ -201,12 +250,13 @@ impl Lower<'_, '_> {
     }
 }
 
-/// Builds the block graph into `g` (not finalized).
+/// Builds the block graph into `g` (not finalized), with its weight matrices in `weights`.
 pub fn build_block(
     g: &mut GraphBuilder<'_>,
     model: &Model,
     block: &BlockSpec,
     shape: GraphShape,
+    weights: WeightFormat,
 ) -> QnnResult<()> {
     let c = model.config();
     let w = model.weights();
@@ -215,16 +265,13 @@ pub fn build_block(
     let (nh, nkv) = (c.n_head as u32, c.n_head_kv as u32);
     let group = nh / nkv;
     let kv_dim = nkv * d;
-    let mut l = Lower { g };
+    let mut l = Lower { g, weights };
 
     // Inputs.
     let mut x = if block.first {
         let ids = l.g.input(DType::I32, &[t])?;
-        let embd = l.g.constant(
-            DType::F16,
-            &[c.vocab_size as u32, e],
-            matrix_f16(&w.token_embd, None, 1.0),
-        )?;
+        let table = matrix(&w.token_embd, None, 1.0);
+        let embd = l.g.constant(DType::F16, &table.dims(), table.f16_bytes())?;
         l.op(
             "Gather",
             &[embd, ids],
@@ -272,25 +319,17 @@ pub fn build_block(
         };
         let q = l.linear(
             xn,
-            matrix_f16(&lw.wq, Some(&q_order), scale),
-            (nh * d) as usize,
+            matrix(&lw.wq, Some(&q_order), scale),
             bias(&lw.bq, Some(&q_order), scale),
             None,
         )?;
         let k = l.linear(
             xn,
-            matrix_f16(&lw.wk, Some(&k_order), 1.0),
-            kv_dim as usize,
+            matrix(&lw.wk, Some(&k_order), 1.0),
             bias(&lw.bk, Some(&k_order), 1.0),
             None,
         )?;
-        let v = l.linear(
-            xn,
-            matrix_f16(&lw.wv, None, 1.0),
-            kv_dim as usize,
-            bias(&lw.bv, None, 1.0),
-            None,
-        )?;
+        let v = l.linear(xn, matrix(&lw.wv, None, 1.0), bias(&lw.bv, None, 1.0), None)?;
         let q3 = l.reshape(q, &[t, nh, d])?;
         let k3 = l.reshape(k, &[t, nkv, d])?;
         let v3 = l.reshape(v, &[t, nkv, d])?;
@@ -340,16 +379,16 @@ pub fn build_block(
         let a_h = l.reshape(a, &[nh, t, d])?;
         let a_t = l.transpose(a_h, &[1, 0, 2])?;
         let a2 = l.reshape(a_t, &[t, nh * d])?;
-        let o = l.linear(a2, matrix_f16(&lw.wo, None, 1.0), e as usize, None, None)?;
+        let o = l.linear(a2, matrix(&lw.wo, None, 1.0), None, None)?;
         let x1 = l.binary("ElementWiseAdd", x, o)?;
         // SwiGLU MLP.
         let xn2 = l.rms_norm(x1, &lw.ffn_norm, c.rms_eps)?;
-        let gate = l.linear(xn2, matrix_f16(&lw.w_gate, None, 1.0), c.n_ff, None, None)?;
-        let up = l.linear(xn2, matrix_f16(&lw.w_up, None, 1.0), c.n_ff, None, None)?;
+        let gate = l.linear(xn2, matrix(&lw.w_gate, None, 1.0), None, None)?;
+        let up = l.linear(xn2, matrix(&lw.w_up, None, 1.0), None, None)?;
         let sg = l.op("Sigmoid", &[gate], &[t, c.n_ff as u32], vec![])?;
         let silu = l.binary("ElementWiseMultiply", gate, sg)?;
         let m = l.binary("ElementWiseMultiply", silu, up)?;
-        let down = l.linear(m, matrix_f16(&lw.w_down, None, 1.0), e as usize, None, None)?;
+        let down = l.linear(m, matrix(&lw.w_down, None, 1.0), None, None)?;
         let last_layer = li + 1 == n_layers;
         x = if last_layer && !block.last {
             l.g.node("ElementWiseAdd", &[x1, down], &[out], vec![])?;
@@ -360,13 +399,7 @@ pub fn build_block(
     }
     if block.last {
         let xf = l.rms_norm(x, &w.output_norm, c.rms_eps)?;
-        l.linear(
-            xf,
-            matrix_f16(w.lm_head(), None, 1.0),
-            c.vocab_size,
-            None,
-            Some(out),
-        )?;
+        l.linear(xf, matrix(w.lm_head(), None, 1.0), None, Some(out))?;
     }
     Ok(())
 }
@@ -383,5 +416,39 @@ mod tests {
         assert_eq!(head_perm(4, RopeStyle::Neox), vec![0, 1, 2, 3]);
         let o = qk_order(2, 4, RopeStyle::Normal);
         assert_eq!(o, vec![0, 2, 1, 3, 4, 6, 5, 7]);
+    }
+
+    #[test]
+    fn s8_rows_are_symmetric_per_row_and_within_half_a_step() {
+        let data = [0.5, -1.27, 0.01, 0.0, 0.0, 0.0, 3.0, 2.0, -0.4];
+        let mut q = Vec::new();
+        let so: Vec<f32> = data.chunks(3).map(|r| quantize_s8_row(r, &mut q)).collect();
+        assert_eq!(so, vec![1.27 / 127.0, 1.0, 3.0 / 127.0]);
+        // The largest |w| of a row maps to +-127, zeros stay zero.
+        assert_eq!(q[1] as i8, -127);
+        assert_eq!(&q[3..6], &[0, 0, 0]);
+        assert_eq!(q[6] as i8, 127);
+        for (i, (&b, &w)) in q.iter().zip(&data).enumerate() {
+            let s = so[i / 3];
+            assert!(
+                (f32::from(b as i8) * s - w).abs() <= s / 2.0 * 1.0001,
+                "{i}"
+            );
+        }
+        // Random rows: every value within half a step of its row's scale.
+        let mut x = 0x2545_f491_u32;
+        let row: Vec<f32> = (0..256)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x as f32 / u32::MAX as f32 - 0.5) * 0.2
+            })
+            .collect();
+        q.clear();
+        let s = quantize_s8_row(&row, &mut q);
+        for (&b, &w) in q.iter().zip(&row) {
+            assert!((f32::from(b as i8) * s - w).abs() <= s / 2.0 * 1.0001);
+        }
     }
 }

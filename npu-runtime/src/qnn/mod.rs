@@ -15,5 +15,8 @@ pub use backend::{QnnBackend, QnnGraph, QnnTimes};
 pub use cache::BinaryCache;
 pub use driver::{generate_greedy, BlockRunner, RunnerStats};
 pub use error::{QnnError, QnnResult};
-pub use graph::{Context, DType, Graph, GraphBuilder, IoTensor, Param, Quant, TensorId};
+pub use graph::{
+    Context, DType, Graph, GraphBuilder, GraphOptions, IoTensor, Param, Quant, TensorId,
+    WeightFormat,
+};
 pub use library::{lib_dir, libs_present, runtime, QnnRuntime};
