@@ -399,7 +399,7 @@ pub fn run(args: Args) -> Result<()> {
     let base_model_ms = results[0].metrics.modeled_ms_per_token();
     let mut table = String::new();
     table.push_str(&format!(
-        "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {} ({}).\n\n",
+        "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {}; curve: {}.\n\n",
         path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
         args.category,
         prompts.len(),
