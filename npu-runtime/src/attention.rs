@@ -11,10 +11,10 @@
 //! to contiguous slots sees exactly the same key sequence, so it gets bit-identical output.
 
 use crate::error::{Result, RuntimeError};
+use crate::kernels::attn_tiles::scores_tiled_with_isa;
 use crate::kernels::detected;
-use crate::kernels::vector::{
-    axpy_rows_multi_with_isa, dot_rows_multi_with_isa, softmax_exp_with_isa,
-};
+use crate::kernels::vector::{axpy_rows_multi_with_isa, softmax_exp_with_isa};
+use crate::kv_cache::KvLayerView;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -158,24 +158,21 @@ impl AttnScratch {
 pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 
 /// Attention for the first `mask.n_valid()` rows of `q` (`[T][n_head * head_dim]`, RoPE
-/// applied). `k`/`v` hold slots `[0, n_past + n_valid)` of one layer. Output rows go to
-/// `out` (f32 bits in atomics so tasks can write disjoint rows without `unsafe`).
-/// `run` executes `n` tasks, possibly in parallel.
+/// applied). `kv` (tiled K, row-major V) holds slots `[0, n_past + n_valid)` of one
+/// layer. Output rows go to `out` (f32 bits in atomics so tasks can write disjoint rows
+/// without `unsafe`). `run` executes `n` tasks, possibly in parallel.
 ///
 /// Work items are (block of up to `TOK_BLOCK` tokens, KV head, slice of its query
-/// heads); heads are sliced only when there are fewer items than threads. Every query
-/// of an item sees the committed keys `[0, n_past)`, so one pass of the multi-query row
-/// kernels over them serves all the item's tokens and heads (each K row block is loaded
-/// once for up to `TOK_BLOCK × group` queries, V in L1-sized chunks); each token's own
-/// visible new keys follow. The per-query arithmetic is unchanged by this grouping (the
-/// multi kernels give per-query bits, scores stay in key order, V rows are added in
-/// ascending key order), so a result does not depend on the batch, the item split or
-/// the thread count.
+/// heads); heads are sliced only when there are fewer items than threads. One pass of
+/// the tiled score kernel over the head's K tiles serves every query of an item (each
+/// tile row is loaded once per 2 queries, 16 keys per FMA); V rows are shared in
+/// L1-sized chunks. A score depends only on its query and key (`dot_f32`'s canonical
+/// order, lane by lane), scores stay in key order, and V rows are added in ascending key
+/// order, so a result does not depend on the batch, the item split or the thread count.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    kv: KvLayerView<'_>,
     n_past: usize,
     mask: &BatchMask,
     dims: AttnDims,
@@ -204,8 +201,9 @@ pub fn attention(
     let n_tasks = scratch.slots.len().min(n_items);
     let kv_dim = n_head_kv * hd;
     let scale = 1.0 / (hd as f32).sqrt();
-    // Score row stride: the longest key sequence of the batch.
-    let stride = n_past + (0..n).map(|i| mask.visible(i).len()).max().unwrap_or(0);
+    // Score row stride: every slot up to the batch's last new key.
+    let stride = n_past + n;
+    let v = kv.v;
     let task = |t: usize| {
         let mut guard = scratch.slots[t].lock().unwrap_or_else(|e| e.into_inner());
         let queries = TOK_BLOCK * scratch.group;
@@ -231,19 +229,21 @@ pub fn attention(
             let scores = &mut scores[..nq * stride];
             let acc = &mut acc[..nq * hd];
             let kv_off = g * hd;
-            if n_past > 0 {
-                let rows = &k[kv_off..];
-                dot_rows_multi_with_isa(isa, qs, hd, rows, kv_dim, n_past, scores, stride);
-            }
+            // Every query of the item against slots [0, n_past + i1): token ti's visible
+            // new keys are slots up to n_past + ti. Then each token's visible new keys
+            // are moved to follow the committed ones (visible[idx] >= idx, ascending).
+            let kt = &kv.k_tiles[g * kv.head_stride..];
+            scores_tiled_with_isa(isa, qs, hd, kt, n_past + i1, scores, stride);
             for ti in i0..i1 {
                 let a0 = (ti - i0) * nh;
-                let qa = &qs[a0 * hd..(a0 + nh) * hd];
-                for_each_run(0, mask.visible(ti), |key, slot, len| {
-                    let rows = &k[(n_past + slot) * kv_dim + kv_off..];
-                    let o = &mut scores[a0 * stride + n_past + key..];
-                    dot_rows_multi_with_isa(isa, qa, hd, rows, kv_dim, len, o, stride);
-                });
-                let n_keys = n_past + mask.visible(ti).len();
+                let vis = mask.visible(ti);
+                for a in a0..a0 + nh {
+                    let row = &mut scores[a * stride + n_past..][..i1];
+                    for (idx, &b) in vis.iter().enumerate() {
+                        row[idx] = row[b as usize];
+                    }
+                }
+                let n_keys = n_past + vis.len();
                 for a in a0..a0 + nh {
                     let s = &mut scores[a * stride..][..n_keys];
                     inv[a] = 1.0 / softmax_exp_with_isa(isa, s, scale);
@@ -301,6 +301,7 @@ fn for_each_run(n_past: usize, visible: &[u16], mut f: impl FnMut(usize, usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv_cache::KvCache;
 
     fn serial(n: usize, f: &(dyn Fn(usize) + Sync)) {
         (0..n).for_each(f)
@@ -354,8 +355,20 @@ mod tests {
         let n = mask.n_valid() * dims.n_head * dims.head_dim;
         let out: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
         let group = dims.n_head / dims.n_head_kv;
-        let scratch = AttnScratch::new(tasks, 256, dims.head_dim, group);
-        attention(q, k, v, n_past, mask, dims, &scratch, &out, &serial);
+        // A cache holding exactly the given slots (capacity rarely a multiple of 16).
+        let kv_dim = dims.n_head_kv * dims.head_dim;
+        let slots = k.len() / kv_dim;
+        let mut kv = KvCache::new(1, dims.n_head_kv, dims.head_dim, slots);
+        for (s, (k, v)) in k
+            .chunks_exact(kv_dim)
+            .zip(v.chunks_exact(kv_dim))
+            .enumerate()
+        {
+            kv.write(0, s, k, v);
+        }
+        let scratch = AttnScratch::new(tasks, slots, dims.head_dim, group);
+        let view = kv.layer_view(0);
+        attention(q, view, n_past, mask, dims, &scratch, &out, &serial);
         out.iter()
             .map(|a| f32::from_bits(a.load(Ordering::Relaxed)))
             .collect()
@@ -509,6 +522,80 @@ mod tests {
                         (single[h * hd + d] - r[d]).abs() < 1e-5,
                         "node {i} head {h}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Random trees (and causal chunks) over random committed depths, GQA groups 1, 3
+    /// and 7, head size 64, 1-3 tasks: every node equals itself computed alone over its
+    /// compacted ancestors, bitwise, and the f64 reference closely.
+    #[test]
+    fn random_trees_are_batch_invariant_for_gqa_groups() {
+        let mut seed: u64 = 21;
+        let mut pick = |m: usize| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 33) as usize % m
+        };
+        for (case, &(group, n_past, n)) in [
+            (1usize, 0usize, 9usize),
+            (3, 37, 16),
+            (7, 130, 11),
+            (3, 203, 1),
+            (7, 16, 20),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let dims = AttnDims {
+                n_head: 2 * group,
+                n_head_kv: 2,
+                head_dim: 64,
+            };
+            let (hd, kv_dim, qd) = (64, 128, 2 * group * 64);
+            let parents: Vec<i32> = match case % 2 {
+                0 => (0..n as i32).map(|i| i - 1).collect(),
+                _ => (0..n).map(|i| pick(i + 1) as i32 - 1).collect(),
+            };
+            let mut rs = case as u64 + 100;
+            let k = rnd(&mut rs, (n_past + n) * kv_dim);
+            let v = rnd(&mut rs, (n_past + n) * kv_dim);
+            let q = rnd(&mut rs, n * qd);
+            let mut mask = BatchMask::new(32);
+            mask.set_tree(&parents).unwrap();
+            let batch = run_attn(&q, &k, &v, n_past, &mask, dims, 1 + case % 3);
+            let mut m1 = BatchMask::new(1);
+            m1.set_causal(1).unwrap();
+            for i in 0..n {
+                let vis = mask.visible(i);
+                let mut k2 = k[..n_past * kv_dim].to_vec();
+                let mut v2 = v[..n_past * kv_dim].to_vec();
+                for &p in vis {
+                    k2.extend_from_slice(&k[(n_past + p as usize) * kv_dim..][..kv_dim]);
+                    v2.extend_from_slice(&v[(n_past + p as usize) * kv_dim..][..kv_dim]);
+                }
+                let alone = n_past + vis.len() - 1;
+                let single = run_attn(&q[i * qd..][..qd], &k2, &v2, alone, &m1, dims, 2);
+                assert_eq!(
+                    single,
+                    batch[i * qd..][..qd].to_vec(),
+                    "case {case} node {i}"
+                );
+                let slots: Vec<usize> = (0..=alone).collect();
+                for h in 0..dims.n_head {
+                    let r = reference(
+                        &q[i * qd + h * hd..],
+                        &k2,
+                        &v2,
+                        &slots,
+                        (h / group) * hd,
+                        kv_dim,
+                        hd,
+                    );
+                    for d in 0..hd {
+                        let e = (single[h * hd + d] - r[d]).abs();
+                        assert!(e < 1e-5, "case {case} node {i} head {h}: {e}");
+                    }
                 }
             }
         }

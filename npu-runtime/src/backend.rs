@@ -314,11 +314,9 @@ impl Backend for CpuBackend {
                     &b.v[i * kv_dim..(i + 1) * kv_dim],
                 );
             }
-            let (kc, vc) = io.kv.layer(layer, io.n_past + n);
             attention(
                 &b.q,
-                kc,
-                vc,
+                io.kv.layer_view(layer),
                 io.n_past,
                 io.mask,
                 dims,

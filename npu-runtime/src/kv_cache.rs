@@ -7,31 +7,72 @@
 //! graph-equivalence and tree tests rely on; it costs `2 * n_layer * kv_dim * 4` bytes
 //! per slot.
 //!
+//! The CPU attention reads K from a second, tiled copy per (layer, KV head):
+//! `[slot / 16][d][slot % 16]` (see `kernels::attn_tiles`), so the scores of one query
+//! against 16 keys are the 16 lanes of broadcast-FMAs over `d`, with no horizontal fold,
+//! and one head's keys are contiguous.
+//! The row-major K stays for the readers that need rows (QNN staging, prefill output,
+//! tests); keeping both costs one more K-sized buffer and a second 64-float scatter per
+//! written row.
+//!
 //! Slots `[0, n_past)` are committed. A forward pass writes its new tokens' rows into the
 //! scratch slots `n_past..n_past + n` without moving `n_past`; `commit` then keeps a chosen
 //! subset (a tree path) by moving those rows to contiguous slots.
 
 use crate::error::{Result, RuntimeError};
+use crate::kernels::attn_tiles::{tiled_index, TILE};
 
 pub struct KvCache {
     n_layer: usize,
     kv_dim: usize,
+    head_dim: usize,
     capacity: usize,
     n_past: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// Per layer: `[n_head_kv][capacity / 16 rounded up][head_dim][16]`.
+    k_tiles: Vec<Vec<f32>>,
+}
+
+/// One layer as the CPU attention reads it: tiled K (KV head `g` starts at
+/// `g * head_stride`) and row-major V (`[slot][n_head_kv][head_dim]`).
+#[derive(Clone, Copy)]
+pub struct KvLayerView<'a> {
+    pub k_tiles: &'a [f32],
+    pub head_stride: usize,
+    pub v: &'a [f32],
 }
 
 impl KvCache {
     pub fn new(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> Self {
         let kv_dim = n_head_kv * head_dim;
+        let tiled = capacity.div_ceil(TILE) * TILE * kv_dim;
         KvCache {
             n_layer,
             kv_dim,
+            head_dim,
             capacity,
             n_past: 0,
             k: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
             v: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+            k_tiles: (0..n_layer).map(|_| vec![0.0; tiled]).collect(),
+        }
+    }
+
+    /// Floats per KV head in a layer's tiled K.
+    fn head_stride(&self) -> usize {
+        self.capacity.div_ceil(TILE) * TILE * self.head_dim
+    }
+
+    /// Copy one slot's K row into the tiled K of `layer`.
+    fn write_tiled(&mut self, layer: usize, slot: usize, k: &[f32]) {
+        let (hd, hs) = (self.head_dim, self.head_stride());
+        let tiles = &mut self.k_tiles[layer];
+        for (g, row) in k.chunks_exact(hd).enumerate() {
+            let head = &mut tiles[g * hs..(g + 1) * hs];
+            for (d, &x) in row.iter().enumerate() {
+                head[tiled_index(slot, d, hd)] = x;
+            }
         }
     }
 
@@ -54,7 +95,8 @@ impl KvCache {
 
     /// Bytes held by the cache.
     pub fn bytes(&self) -> usize {
-        2 * self.n_layer * self.capacity * self.kv_dim * std::mem::size_of::<f32>()
+        let tiled: usize = self.k_tiles.iter().map(Vec::len).sum();
+        (2 * self.n_layer * self.capacity * self.kv_dim + tiled) * std::mem::size_of::<f32>()
     }
 
     /// Free slots after the committed prefix.
@@ -67,6 +109,16 @@ impl KvCache {
         let d = self.kv_dim;
         self.k[layer][slot * d..(slot + 1) * d].copy_from_slice(k);
         self.v[layer][slot * d..(slot + 1) * d].copy_from_slice(v);
+        self.write_tiled(layer, slot, k);
+    }
+
+    /// `layer` for the CPU attention (all slots; the caller bounds what it reads).
+    pub fn layer_view(&self, layer: usize) -> KvLayerView<'_> {
+        KvLayerView {
+            k_tiles: &self.k_tiles[layer],
+            head_stride: self.head_stride(),
+            v: &self.v[layer],
+        }
     }
 
     /// K and V of `layer`, slots `[0, n_slots)`.
@@ -130,6 +182,13 @@ impl KvCache {
                     let dst = (base + i) * d;
                     self.k[layer].copy_within(src..src + d, dst);
                     self.v[layer].copy_within(src..src + d, dst);
+                    let (hd, hs) = (self.head_dim, self.head_stride());
+                    for g in 0..self.kv_dim / hd {
+                        let head = &mut self.k_tiles[layer][g * hs..(g + 1) * hs];
+                        for e in 0..hd {
+                            head[tiled_index(base + i, e, hd)] = head[tiled_index(base + p, e, hd)];
+                        }
+                    }
                 }
             }
         }
@@ -187,6 +246,15 @@ mod tests {
             assert_eq!(kv.k_row(l, 4), row(12.0, d).as_slice());
             assert_eq!(kv.k_row(l, 5), row(15.0, d).as_slice());
             assert_eq!(kv.v_row(l, 5), row(-15.0, d).as_slice());
+            // The tiled K copy holds the same rows (head g, element e of slot s).
+            let view = kv.layer_view(l);
+            for s in 0..6 {
+                for (x, &want) in kv.k_row(l, s).iter().enumerate() {
+                    let (g, e) = (x / 2, x % 2);
+                    let got = view.k_tiles[g * view.head_stride + tiled_index(s, e, 2)];
+                    assert_eq!(got, want, "layer {l} slot {s} element {x}");
+                }
+            }
         }
     }
 

@@ -7,6 +7,7 @@
 //! and the ISA. This makes speculative verification exactly lossless.
 
 mod act;
+pub mod attn_tiles;
 pub mod gemm_f32;
 mod ggml;
 mod layout;

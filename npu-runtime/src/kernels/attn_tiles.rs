@@ -1,0 +1,256 @@
+//! Attention scores against K stored transposed in tiles of 16 keys.
+//!
+//! One KV head's K is `[slot / 16][d][slot % 16]`: a tile holds 16 keys with element
+//! `d` of all of them adjacent, so one broadcast of `q[d]` and one FMA advance 16
+//! (query, key) products at once, with the keys in the lanes and no horizontal fold.
+//! The arithmetic per lane is exactly [`super::vector::dot_f32`]'s canonical order (16
+//! partials by `d mod 16`, each a fused chain; the pairwise fold l+8, l+4, l+2, l+1; the
+//! tail fused in order), so a score has the same bits as before the tiling, whatever
+//! the lane, the number of queries, the batch or the ISA.
+
+use super::simd::Isa;
+
+/// Keys per tile.
+pub const TILE: usize = 16;
+
+/// Index of element `d` of key `slot` in one head's tiled K of head size `hd`.
+#[inline(always)]
+pub fn tiled_index(slot: usize, d: usize, hd: usize) -> usize {
+    (slot / TILE) * hd * TILE + d * TILE + slot % TILE
+}
+
+/// (queries, head size, tile, output of the first query at the tile's first key, output
+/// row stride, valid lanes of the tile).
+#[cfg(target_arch = "x86_64")]
+type BlockArgs = (*const f32, usize, *const f32, *mut f32, usize, usize);
+
+/// `out[a * out_stride + j] = dot_f32(q_a, K_j)` bit for bit, for the queries
+/// `q_a = q[a * hd..][..hd]` and the keys `j < n_keys` of the tiled K `kt` (one head,
+/// tile 0 first). `kt` must hold every tile that key `n_keys - 1` lies in; lanes past
+/// `n_keys` are computed but not stored.
+pub fn scores_tiled_with_isa(
+    isa: Isa,
+    q: &[f32],
+    hd: usize,
+    kt: &[f32],
+    n_keys: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let n_q = q.len().checked_div(hd).unwrap_or(0);
+    assert_eq!(
+        n_q * hd,
+        q.len(),
+        "scores_tiled: queries are not rows of hd"
+    );
+    if n_q == 0 || n_keys == 0 {
+        return;
+    }
+    assert!(
+        n_keys.div_ceil(TILE) * TILE * hd <= kt.len(),
+        "scores_tiled: K tiles too short"
+    );
+    assert!(
+        (n_q - 1) * out_stride + n_keys <= out.len(),
+        "scores_tiled: output too short"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && isa.is_supported() {
+        for t in 0..n_keys.div_ceil(TILE) {
+            let lanes = (n_keys - t * TILE).min(TILE);
+            let mut a = 0;
+            while a < n_q {
+                let qb = (n_q - a).min(2);
+                let args = (
+                    q[a * hd..].as_ptr(),
+                    hd,
+                    kt[t * hd * TILE..].as_ptr(),
+                    out[a * out_stride + t * TILE..].as_mut_ptr(),
+                    out_stride,
+                    lanes,
+                );
+                // SAFETY: AVX-512F/FMA present; queries a..a + qb, tile t and their
+                // output rows hold the extents checked above.
+                unsafe {
+                    match qb {
+                        2 => canon_pair_avx512::<2>(args),
+                        _ => canon_pair_avx512::<1>(args),
+                    }
+                }
+                a += qb;
+            }
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && isa.is_supported() {
+        // SAFETY: the CPU supports AVX2 and FMA.
+        return unsafe { canon_fma(q, hd, kt, n_keys, out, out_stride) };
+    }
+    let _ = isa;
+    canon_body(q, hd, kt, n_keys, out, out_stride)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn canon_fma(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], stride: usize) {
+    canon_body(q, hd, kt, n_keys, out, stride)
+}
+
+/// One query and one tile at a time, in quarters: quarter `r < 4` holds the partials
+/// `l = r, r + 4, r + 8, r + 12` (8 ymm on AVX2) and folds them to
+/// `c_r = (p_r + p_{r+8}) + (p_{r+4} + p_{r+12})`; then `(c_0 + c_2) + (c_1 + c_3)`,
+/// the additions of `dot_finish` in its tree order.
+#[inline(always)]
+fn canon_body(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], stride: usize) {
+    let full = hd - hd % 16;
+    for t in 0..n_keys.div_ceil(TILE) {
+        let tile = &kt[t * hd * TILE..(t + 1) * hd * TILE];
+        let lanes = (n_keys - t * TILE).min(TILE);
+        for (a, qa) in q.chunks_exact(hd).enumerate() {
+            let mut quarter = [[0f32; TILE]; 4];
+            for (r, cr) in quarter.iter_mut().enumerate() {
+                // p[i] is partial l = r + 4 i.
+                let mut p = [[0f32; TILE]; 4];
+                for c in (0..full).step_by(16) {
+                    for (i, p) in p.iter_mut().enumerate() {
+                        let d = c + r + 4 * i;
+                        let (x, row) = (qa[d], &tile[d * TILE..][..TILE]);
+                        for k in 0..TILE {
+                            p[k] = x.mul_add(row[k], p[k]);
+                        }
+                    }
+                }
+                for k in 0..TILE {
+                    cr[k] = (p[0][k] + p[2][k]) + (p[1][k] + p[3][k]);
+                }
+            }
+            let mut s = [0f32; TILE];
+            for k in 0..TILE {
+                s[k] = (quarter[0][k] + quarter[2][k]) + (quarter[1][k] + quarter[3][k]);
+            }
+            for d in full..hd {
+                let row = &tile[d * TILE..][..TILE];
+                for k in 0..TILE {
+                    s[k] = qa[d].mul_add(row[k], s[k]);
+                }
+            }
+            out[a * stride + t * TILE..][..lanes].copy_from_slice(&s[..lanes]);
+        }
+    }
+}
+
+/// The canonical order for `QB` queries sharing each tile-row load: the even partials
+/// (`d mod 16` even) first, folded to `d_0`, then the odd ones to `d_1` (the fold tree
+/// of `dot_finish` splits exactly so: `d_0 = ((p0+p8)+(p4+p12)) + ((p2+p10)+(p6+p14))`),
+/// so only 8 accumulators per query are live.
+///
+/// # Safety
+/// AVX-512F and FMA; `QB` query rows of `hd` at `q`, one tile at `tile`, `QB` output rows
+/// at `stride` with `lanes` (1..=16) writable floats each.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn canon_pair_avx512<const QB: usize>(args: BlockArgs) {
+    use std::arch::x86_64::*;
+    let (q, hd, tile, out, stride, lanes) = args;
+    let full = hd - hd % 16;
+    // halves[par][a]: d_par of query a.
+    let mut halves = [[_mm512_setzero_ps(); QB]; 2];
+    // SAFETY (this block): reads stay in the QB query rows and the tile, stores in the
+    // first `lanes` floats of each output row (contract above).
+    unsafe {
+        for (par, half) in halves.iter_mut().enumerate() {
+            let mut p = [[_mm512_setzero_ps(); 8]; QB];
+            let mut c = 0;
+            while c < full {
+                for i in 0..8 {
+                    let d = c + 2 * i + par;
+                    let k = _mm512_loadu_ps(tile.add(d * TILE));
+                    for (a, p) in p.iter_mut().enumerate() {
+                        p[i] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, p[i]);
+                    }
+                }
+                c += 16;
+            }
+            for (p, half) in p.iter().zip(half.iter_mut()) {
+                // Partial l = 2i + par: b_l = p_l + p_{l+8}, c_l = b_l + b_{l+4},
+                // d_par = c_par + c_{par+2}.
+                let b = [0, 1, 2, 3].map(|i| _mm512_add_ps(p[i], p[i + 4]));
+                let c2 = [0, 1].map(|i| _mm512_add_ps(b[i], b[i + 2]));
+                *half = _mm512_add_ps(c2[0], c2[1]);
+            }
+        }
+        let mask: __mmask16 = if lanes >= TILE {
+            0xFFFF
+        } else {
+            (1u16 << lanes) - 1
+        };
+        for (a, (d0, d1)) in halves[0].iter().zip(&halves[1]).enumerate() {
+            let mut s = _mm512_add_ps(*d0, *d1);
+            for d in full..hd {
+                let k = _mm512_loadu_ps(tile.add(d * TILE));
+                s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, s);
+            }
+            _mm512_mask_storeu_ps(out.add(a * stride), mask, s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_rng::uniform as rnd;
+
+    /// Row-major keys `[n][hd]` into one head's tiles (zero padding past `n`).
+    fn tile(keys: &[f32], hd: usize) -> Vec<f32> {
+        let n = keys.len() / hd;
+        let mut t = vec![0.0; n.div_ceil(TILE) * TILE * hd];
+        for (j, row) in keys.chunks_exact(hd).enumerate() {
+            for (d, &x) in row.iter().enumerate() {
+                t[tiled_index(j, d, hd)] = x;
+            }
+        }
+        t
+    }
+
+    /// Every ISA equals `dot_f32` (portable) bit for bit, for query counts 1..9 (pairs
+    /// and a single query), key counts with partial tiles, head sizes 64 and ones with
+    /// a tail; output outside `[0, n_keys)` of each row is left alone.
+    #[test]
+    fn tiled_scores_equal_dot_f32_on_every_isa() {
+        use crate::kernels::vector::dot_f32_with_isa;
+        let mut seed = 12;
+        for (hd, n_q, n_keys) in [
+            (64usize, 3usize, 37usize),
+            (64, 7, 100),
+            (24, 5, 70),
+            (13, 2, 16),
+            (64, 1, 1),
+        ] {
+            let q = rnd(&mut seed, n_q * hd);
+            let keys = rnd(&mut seed, n_keys * hd);
+            let kt = tile(&keys, hd);
+            let stride = n_keys + 3;
+            let want: Vec<u32> = (0..n_q)
+                .flat_map(|a| {
+                    let qa = &q[a * hd..][..hd];
+                    let row: Vec<u32> = (0..stride)
+                        .map(|j| match j < n_keys {
+                            true => {
+                                dot_f32_with_isa(Isa::Portable, qa, &keys[j * hd..][..hd]).to_bits()
+                            }
+                            false => 7f32.to_bits(),
+                        })
+                        .collect();
+                    row
+                })
+                .collect();
+            for isa in Isa::available() {
+                let mut out = vec![7f32; n_q * stride];
+                scores_tiled_with_isa(isa, &q, hd, &kt, n_keys, &mut out, stride);
+                let got: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(got, want, "{isa:?} hd={hd} n_q={n_q} n_keys={n_keys}");
+            }
+        }
+    }
+}
