@@ -14,6 +14,8 @@ pub mod gz;
 pub mod isolate;
 pub mod load;
 pub mod parse;
+#[doc(hidden)]
+pub mod test_support;
 pub mod tokens;
 pub mod walk;
 pub mod worker;
