@@ -138,7 +138,7 @@ impl<'m> Oracle<'m> {
         let mats = w
             .layers
             .iter()
-            .map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].map(|m| dense(m)))
+            .map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].map(dense))
             .collect();
         Oracle {
             model,
