@@ -138,8 +138,8 @@ fn smollm2_qnn_fp16_picks_the_exact_greedy_tokens() {
 }
 
 /// The same plus the s8-weight graphs on the first prompt. Ignored because s8-weight
-/// FullyConnected executes 5.5-7.5x slower than fp16 in emulation (docs/qnn.md): this test
-/// took 814 s wall / 354 s CPU on a loaded machine, the fp16 one above a fraction of it.
+/// FullyConnected executes 5.5-7.5x slower than fp16 in emulation (docs/qnn.md): ~50 s
+/// more compile and ~170 s of s8 executions on a loaded machine.
 /// `cargo test -p npu-runtime --release --test qnn_smollm2 s8_stays -- --ignored --nocapture`
 #[test]
 #[ignore]
@@ -277,8 +277,8 @@ fn free_running_equals_exact(weights: WeightFormat) {
     }
 }
 
-/// The real run behind the teacher-forced test, fp16 weights. ~10 minutes of emulation on
-/// a loaded 2-core machine:
+/// The real run behind the teacher-forced test, fp16 weights (passed: 3 prompts, ~7 minutes
+/// of emulation on a loaded 2-core machine):
 /// `cargo test -p npu-runtime --release --test qnn_smollm2 -- --ignored --nocapture`.
 #[test]
 #[ignore]
