@@ -18,7 +18,7 @@ const MANIFEST: &str = include_str!("../../models/manifest.tsv");
 
 /// The model `rag ask` uses when none is named: chosen by answer quality on the sample corpus
 /// (see BENCHMARKS.md).
-pub const DEFAULT_MODEL: &str = "qwen2.5-coder-0.5b";
+pub const DEFAULT_MODEL: &str = "qwen2.5-coder-1.5b";
 /// The embedding model for dense retrieval.
 pub const DEFAULT_EMBEDDER: &str = "minilm-l6-v2";
 
