@@ -63,7 +63,8 @@ enum BenchCmd {
 }
 
 fn main() {
-    corpus_tools::worker::init_or_serve(); // parse workers: killable parser isolation
+    // Parse workers (killable parser isolation) re-run this binary and stop here.
+    corpus_tools::worker::init_or_serve();
     // lopdf logs WARN for common, harmless PDF quirks; a failing PDF is reported by us.
     let filter = tracing_subscriber::EnvFilter::try_from_env("RAG_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lopdf=error"));
