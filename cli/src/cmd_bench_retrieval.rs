@@ -32,8 +32,8 @@ pub struct Args {
     /// Queries per mode for latency percentiles.
     #[arg(long, default_value_t = 300)]
     pub latency_queries: usize,
-    /// Chunk size in tokens (default 200). A non-default size writes its own section.
-    #[arg(long, default_value_t = 200)]
+    /// Chunk size in tokens. A non-default size writes its own section.
+    #[arg(long, default_value_t = corpus_tools::chunk::DEFAULT_CHUNK_TOKENS)]
     pub chunk_tokens: usize,
     /// Do not touch BENCHMARKS.md.
     #[arg(long)]
@@ -333,7 +333,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
                 "Retrieval quality, f32 embedder (RAG_EMBED_FORMAT=f32)",
             )
         };
-        if a.chunk_tokens == 200 {
+        if a.chunk_tokens == corpus_tools::chunk::DEFAULT_CHUNK_TOKENS {
             bench_report::write_section(key, title, &body)?;
         } else {
             let key = format!("{key}-c{}", a.chunk_tokens);
