@@ -343,6 +343,24 @@ mod tests {
             .collect()
     }
 
+    /// The K/V rows a tree node sees, laid out as if it were decoded alone: the committed
+    /// rows, then its visible new rows in order (the node itself last).
+    fn alone_kv(
+        k: &[f32],
+        v: &[f32],
+        n_past: usize,
+        vis: &[u16],
+        kv_dim: usize,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let mut k2 = k[..n_past * kv_dim].to_vec();
+        let mut v2 = v[..n_past * kv_dim].to_vec();
+        for &p in vis {
+            k2.extend_from_slice(&k[(n_past + p as usize) * kv_dim..][..kv_dim]);
+            v2.extend_from_slice(&v[(n_past + p as usize) * kv_dim..][..kv_dim]);
+        }
+        (k2, v2)
+    }
+
     fn run_attn(
         q: &[f32],
         k: &[f32],
@@ -490,12 +508,7 @@ mod tests {
         m1.set_causal(1).unwrap();
         for i in 0..n {
             let vis = mask.visible(i);
-            let mut k2 = k[..n_past * kv_dim].to_vec();
-            let mut v2 = v[..n_past * kv_dim].to_vec();
-            for &p in vis {
-                k2.extend_from_slice(&k[(n_past + p as usize) * kv_dim..][..kv_dim]);
-                v2.extend_from_slice(&v[(n_past + p as usize) * kv_dim..][..kv_dim]);
-            }
+            let (k2, v2) = alone_kv(&k, &v, n_past, vis, kv_dim);
             let single = run_attn(
                 &q[i * qd..][..qd],
                 &k2,
@@ -568,12 +581,7 @@ mod tests {
             m1.set_causal(1).unwrap();
             for i in 0..n {
                 let vis = mask.visible(i);
-                let mut k2 = k[..n_past * kv_dim].to_vec();
-                let mut v2 = v[..n_past * kv_dim].to_vec();
-                for &p in vis {
-                    k2.extend_from_slice(&k[(n_past + p as usize) * kv_dim..][..kv_dim]);
-                    v2.extend_from_slice(&v[(n_past + p as usize) * kv_dim..][..kv_dim]);
-                }
+                let (k2, v2) = alone_kv(&k, &v, n_past, vis, kv_dim);
                 let alone = n_past + vis.len() - 1;
                 let single = run_attn(&q[i * qd..][..qd], &k2, &v2, alone, &m1, dims, 2);
                 assert_eq!(

@@ -18,6 +18,7 @@ use npu_runtime::backend::CpuBackend;
 use npu_runtime::qnn::{BinaryCache, BlockRunner, GraphOptions, QnnBackend, WeightFormat};
 use npu_runtime::session::{argmax, LoadOptions, Model};
 use std::path::Path;
+use std::sync::Arc;
 
 struct Rng(u64);
 impl Rng {
@@ -140,6 +141,18 @@ fn assert_logits_close(qnn: &[f32], cpu: &[f32], vocab: usize, what: &str) {
     }
 }
 
+/// The CPU reference: the same 2-block runner on the CPU backend.
+fn cpu_runner(model: &Arc<Model>, chunk: usize, cap: usize) -> BlockRunner<CpuBackend> {
+    BlockRunner::new(
+        CpuBackend::new(model.clone(), cap),
+        model.clone(),
+        2,
+        chunk,
+        cap,
+    )
+    .unwrap()
+}
+
 fn compare_arch(arch: &str, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{arch}.gguf"));
@@ -150,14 +163,7 @@ fn compare_arch(arch: &str, seed: u64) {
     let cache = BinaryCache::new(dir.path().join("ctx"));
     let qb = QnnBackend::new(model.clone(), cap, Some(cache.clone())).unwrap();
     let mut q = BlockRunner::new(qb, model.clone(), 2, chunk, cap).unwrap();
-    let mut c = BlockRunner::new(
-        CpuBackend::new(model.clone(), cap),
-        model.clone(),
-        2,
-        chunk,
-        cap,
-    )
-    .unwrap();
+    let mut c = cpu_runner(&model, chunk, cap);
     // 6 prompt tokens: one full chunk and one padded chunk.
     let prompt = [3u32, 17, 5, 40, 22, 9];
     let lq = q.prefill(&prompt).unwrap().to_vec();
@@ -254,14 +260,7 @@ fn tiny_qwen2_s8_weights_have_their_own_cache_entries_and_stay_close() {
         assert!(!b.cache_hit, "s8 graphs must not load the fp16 binaries");
         assert!(b.binary_bytes < a.binary_bytes);
     }
-    let mut c = BlockRunner::new(
-        CpuBackend::new(model.clone(), cap),
-        model.clone(),
-        2,
-        chunk,
-        cap,
-    )
-    .unwrap();
+    let mut c = cpu_runner(&model, chunk, cap);
     let prompt = [3u32, 17, 5, 40, 22, 9];
     let lq = s8.prefill(&prompt).unwrap().to_vec();
     let lc = c.prefill(&prompt).unwrap().to_vec();

@@ -8,17 +8,8 @@ use npu_runtime::schedule::exact::{self, solve};
 use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
 
 mod schedule_support;
-use schedule_support::{paper_regime_instance, partition_instance, seeded_instance, Bounds, Rng};
-
-/// The bounds of `tests/schedule_greedy.rs`'s proptest `arb_instance`.
-const ARB_LIKE: Bounds = Bounds {
-    max_blocks: 5,
-    max_chunks: 3,
-    g1: 50,
-    g2_extra: 20,
-    load: 120,
-    unload: 10,
-    decode_step: 7,
+use schedule_support::{
+    paper_regime_instance, partition_instance, seeded_instance, Rng, GREEDY_BOUNDS,
 };
 
 /// Shape of a profile: mean G1 step (ms), G2/G1 ratio, switch/step ratio, teardown share.
@@ -155,7 +146,7 @@ fn instance_set() -> Vec<(&'static str, String, Instance)> {
         set.push((
             "S1d arb",
             format!("arb #{i}"),
-            seeded_instance(&mut rng, ARB_LIKE),
+            seeded_instance(&mut rng, GREEDY_BOUNDS),
         ));
     }
     set.push((

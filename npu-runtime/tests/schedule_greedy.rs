@@ -7,7 +7,7 @@ use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleK
 use proptest::prelude::*;
 
 mod schedule_support;
-use schedule_support::{arb_instance, load_list, paper_regime_instance, Bounds, Rng};
+use schedule_support::{arb_instance, load_list, paper_regime_instance, Rng, GREEDY_BOUNDS};
 
 fn span(inst: &Instance, plan: &npu_runtime::schedule::Plan) -> u64 {
     simulate(inst, plan).unwrap().makespan()
@@ -104,22 +104,12 @@ fn heuristics_against_the_optimum_on_random_instances() {
     );
 }
 
-const ARB: Bounds = Bounds {
-    max_blocks: 5,
-    max_chunks: 3,
-    g1: 50,
-    g2_extra: 20,
-    load: 120,
-    unload: 10,
-    decode_step: 7,
-};
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     /// The optimum bounds every schedule, its plan reproduces its value, and nothing beats
     /// the ideal (all prefill on G1, every switch hidden).
     #[test]
-    fn optimum_bounds_every_schedule(inst in arb_instance(ARB)) {
+    fn optimum_bounds_every_schedule(inst in arb_instance(GREEDY_BOUNDS)) {
         let sol = solve(&inst).unwrap();
         prop_assert_eq!(span(&inst, &sol.plan), sol.makespan);
         prop_assert!(sol.makespan >= inst.ideal_prefill());

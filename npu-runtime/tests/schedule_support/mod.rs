@@ -79,6 +79,17 @@ pub struct Bounds {
     pub decode_step: u64,
 }
 
+/// The bounds of `schedule_greedy.rs`'s proptest (also drawn, seeded, by `schedule_gap.rs`).
+pub const GREEDY_BOUNDS: Bounds = Bounds {
+    max_blocks: 5,
+    max_chunks: 3,
+    g1: 50,
+    g2_extra: 20,
+    load: 120,
+    unload: 10,
+    decode_step: 7,
+};
+
 /// Proptest strategy for small instances within `b`.
 pub fn arb_instance(b: Bounds) -> impl Strategy<Value = Instance> {
     (1..=b.max_blocks, 1..=b.max_chunks).prop_flat_map(move |(n, c)| {
