@@ -7,10 +7,13 @@
 //! conversation database) — in milliseconds, independent of machine load.
 //! Extension also reads the argmax of rejected rows, which a replay does not know:
 //! its harvest is empty here, so measure sam+ext / sdnpu with `rag bench specdec`.
-//! `cargo run --release -p specdec --example replay_sim -- CURVE.json MODE[,MODE..] CAPTURE.jsonl.. [--fixed B] [--max-budget B] [--k K] [--branch 2,2] [--window N] [--conf] [--no-trees] [--follow-text] [--vote BELOW,WIDTH]`
+//! `--oracle` first prints the oracle bounds of each capture (`specdec::oracle`): the
+//! best speed-up any drafter copying from the sources could reach with this curve.
+//! `cargo run --release -p specdec --example replay_sim -- CURVE.json MODE[,MODE..] CAPTURE.jsonl.. [--fixed B] [--max-budget B] [--k K] [--branch 2,2] [--window N] [--conf] [--no-trees] [--follow-text] [--vote BELOW,WIDTH] [--oracle]`
 
 use specdec::budget::CostCurve;
 use specdec::drafter::{Mode, SamConfig, SamDrafter};
+use specdec::oracle::{longest_true_continuations, oracle_schedule, OracleSchedule, OracleSources};
 use specdec::{GenConfig, Generator, Metrics, PrefillOut, SpecError, Target, TokenDb};
 use std::sync::Arc;
 
@@ -138,6 +141,65 @@ fn load(path: &str) -> Vec<Replay> {
         .collect()
 }
 
+/// Output positions `1..needed` are what the decode steps must produce: the capture
+/// ends with the end-of-generation token (which a step must produce) or one token
+/// past the cap.
+fn needed(r: &Replay, max_tokens: usize) -> usize {
+    r.output.len().min(max_tokens)
+}
+
+/// Oracle bounds per source set and row cap, summed over the capture's prompts.
+fn print_oracle(f: &str, reps: &[Replay], curve: &CostCurve, max_tokens: usize) {
+    const MAX_LEN: usize = 63;
+    // (label, include other prompts and every answer, min context, perfect drafter)
+    let variants: [(&str, bool, usize, bool); 4] = [
+        ("prompt+answers so far, context>=1", false, 1, false),
+        ("prompt+answers so far", false, 0, false),
+        ("every prompt and answer of the file", true, 0, false),
+        ("perfect drafter (knows the output)", false, 0, true),
+    ];
+    for (label, all, ctx, perfect) in variants {
+        for rows in [16usize, 64] {
+            let mut tot = OracleSchedule::default();
+            let mut cont_sum = 0usize;
+            let mut positions = 0usize;
+            for (i, r) in reps.iter().enumerate() {
+                let need = needed(r, max_tokens);
+                let cont = if perfect {
+                    (0..r.output.len())
+                        .map(|j| if j == 0 { 0 } else { MAX_LEN })
+                        .collect()
+                } else {
+                    let mut fixed: Vec<&[u32]> = vec![&r.prompt];
+                    for (k, o) in reps.iter().enumerate() {
+                        if k < i || (all && k != i) {
+                            fixed.push(&o.output);
+                        }
+                        if all && k != i {
+                            fixed.push(&o.prompt);
+                        }
+                    }
+                    let src = OracleSources {
+                        fixed,
+                        min_context: ctx,
+                    };
+                    longest_true_continuations(&r.output, &src, MAX_LEN)
+                };
+                cont_sum += cont[1..need.max(1)].iter().sum::<usize>();
+                positions += need.saturating_sub(1);
+                tot.add(&oracle_schedule(&cont, need, curve, rows));
+            }
+            println!(
+                "{f} oracle {label:40} rows<={rows:2}  tok/step {:.2}  batch {:5.2}  modeled {:.3}x  (mean true continuation {:.2})",
+                tot.tokens_per_step(),
+                tot.rows as f64 / tot.steps.max(1) as f64,
+                tot.speedup(),
+                cont_sum as f64 / positions.max(1) as f64,
+            );
+        }
+    }
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let curve = CostCurve::load(std::path::Path::new(&a[1])).expect("curve");
@@ -154,6 +216,7 @@ fn main() {
     let mut vote_width = 3usize;
     let mut fixed: Option<usize> = None;
     let mut max_budget = GenConfig::default().max_budget;
+    let mut oracle = false;
     let mut i = 3;
     while i < a.len() {
         match a[i].as_str() {
@@ -178,6 +241,7 @@ fn main() {
                 i += 1;
             }
             "--conf" => conf = true,
+            "--oracle" => oracle = true,
             "--no-trees" => trees = false,
             "--follow-text" => follow = true,
             "--vote" => {
@@ -196,6 +260,9 @@ fn main() {
     }
     for f in &files {
         let reps = load(f);
+        if oracle {
+            print_oracle(f, &reps, &curve, max_tokens);
+        }
         let mut base_model_ms = 0.0;
         for &mode in &modes {
             let mut cfg = SamConfig::for_mode(mode);
@@ -247,7 +314,7 @@ fn main() {
                 base_model_ms = model_ms;
             }
             println!(
-                "{f} {:8} tok/step {:.3}  batch {:5.2}  modeled {:.3}x  base-arm {:4}/{:4}  acc base/cal/ext {}/{}/{}  pot @8 {:.2} @16 {:.2} @64 {:.2}  mismatch {bad}",
+                "{f} {:8} tok/step {:.3}  batch {:5.2}  modeled {:.3}x  base-arm {:4}/{:4}  acc base/cal/ext {}/{}/{}  cal-only in tree/accepted {}/{} steps  pot @8 {:.2} @16 {:.2} @64 {:.2}  mismatch {bad}",
                 mode.name(),
                 tot.mean_accepted(),
                 tot.mean_budget(),
@@ -257,6 +324,8 @@ fn main() {
                 tot.accepted_base,
                 tot.accepted_calib_only,
                 tot.accepted_ext_only,
+                tot.steps_calib_in_tree,
+                tot.steps_calib_accepted,
                 tot.potential_accepted(8),
                 tot.potential_accepted(16),
                 tot.potential_accepted(64),

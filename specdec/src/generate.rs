@@ -294,6 +294,7 @@ impl Generator {
                 self.emitted.push(self.flat.tokens[r]);
                 m.count_accepted_source(self.flat.sources[r]);
             }
+            m.count_step_sources(&self.flat.sources, &self.path);
             self.emitted.push(bonus);
             let mut keep = self.emitted.len();
             let mut stop = None;

@@ -17,6 +17,7 @@ pub mod extension;
 pub mod generate;
 pub mod metrics;
 pub mod mock;
+pub mod oracle;
 pub mod pld;
 pub mod sam;
 pub mod session_target;

@@ -57,6 +57,14 @@ pub struct Metrics {
     pub accepted_base: usize,
     pub accepted_calib_only: usize,
     pub accepted_ext_only: usize,
+    /// Steps whose verified tree held a node only calibration proposed, and steps
+    /// whose accepted path went through one (how often calibration changes the
+    /// tree, and how often that change is what the model accepted).
+    pub steps_calib_in_tree: usize,
+    pub steps_calib_accepted: usize,
+    /// The same for nodes only the extension (Eq. 3) proposed.
+    pub steps_ext_in_tree: usize,
+    pub steps_ext_accepted: usize,
     /// Counterfactual acceptance, independent of the cost curve: for the trie of
     /// every evaluated step, the draft tokens a budget of `CF_SIZES[j]` rows would
     /// have accepted (summed), and the number of evaluated steps.
@@ -142,6 +150,19 @@ impl Metrics {
         }
     }
 
+    /// Count one verified step by the sources of its rows and of its accepted path
+    /// (`path[0]` is the root).
+    pub fn count_step_sources(&mut self, sources: &[u8], path: &[usize]) {
+        use crate::tree::{BASE_SOURCES, SRC_CALIB, SRC_EXT};
+        let only = |s: u8, src: u8| s & BASE_SOURCES == 0 && s & src != 0;
+        let in_tree = |src: u8| sources.iter().skip(1).any(|&s| only(s, src));
+        let on_path = |src: u8| path.iter().skip(1).any(|&r| only(sources[r], src));
+        self.steps_calib_in_tree += in_tree(SRC_CALIB) as usize;
+        self.steps_calib_accepted += on_path(SRC_CALIB) as usize;
+        self.steps_ext_in_tree += in_tree(SRC_EXT) as usize;
+        self.steps_ext_accepted += on_path(SRC_EXT) as usize;
+    }
+
     /// Record one evaluated trie (ranks along the true continuation's path).
     pub fn observe_counterfactual(&mut self, ranks: &[u32]) {
         self.cf_steps += 1;
@@ -174,6 +195,10 @@ impl Metrics {
         self.accepted_base += o.accepted_base;
         self.accepted_calib_only += o.accepted_calib_only;
         self.accepted_ext_only += o.accepted_ext_only;
+        self.steps_calib_in_tree += o.steps_calib_in_tree;
+        self.steps_calib_accepted += o.steps_calib_accepted;
+        self.steps_ext_in_tree += o.steps_ext_in_tree;
+        self.steps_ext_accepted += o.steps_ext_accepted;
         self.stop = o.stop;
         self.cf_steps += o.cf_steps;
         for j in 0..CF_SIZES.len() {
@@ -187,5 +212,35 @@ fn ratio(a: f64, b: f64) -> f64 {
         a / b
     } else {
         0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::{SRC_CALIB, SRC_EXT, SRC_SELF};
+
+    #[test]
+    fn step_sources_count_only_nodes_no_raw_text_source_proposed() {
+        let mut m = Metrics::default();
+        // Root, a sam node also proposed by calibration, a calibration-only node and an
+        // extension-only node; the path takes the root and the shared node.
+        let sources = [0, SRC_SELF | SRC_CALIB, SRC_CALIB, SRC_EXT];
+        m.count_step_sources(&sources, &[0, 1]);
+        assert_eq!(
+            (m.steps_calib_in_tree, m.steps_calib_accepted),
+            (1, 0),
+            "a node sam also proposed is not calibration's"
+        );
+        assert_eq!((m.steps_ext_in_tree, m.steps_ext_accepted), (1, 0));
+        m.count_step_sources(&sources, &[0, 2]);
+        m.count_step_sources(&[0, SRC_SELF], &[0, 1]);
+        assert_eq!((m.steps_calib_in_tree, m.steps_calib_accepted), (2, 1));
+        assert_eq!((m.steps_ext_in_tree, m.steps_ext_accepted), (2, 0));
+        let mut t = Metrics::default();
+        t.add(&m);
+        t.add(&m);
+        assert_eq!(t.steps_calib_accepted, 2);
+        assert_eq!(t.steps_ext_in_tree, 4);
     }
 }
