@@ -481,6 +481,10 @@ pub fn run(args: Args) -> Result<()> {
                 "accepted_base": m.accepted_base,
                 "accepted_calib_only": m.accepted_calib_only,
                 "accepted_ext_only": m.accepted_ext_only,
+                "steps_calib_in_tree": m.steps_calib_in_tree,
+                "steps_calib_accepted": m.steps_calib_accepted,
+                "steps_ext_in_tree": m.steps_ext_in_tree,
+                "steps_ext_accepted": m.steps_ext_accepted,
                 "tokens": m.tokens,
                 "accepted_per_estimated": r.ratios.iter().map(|(n, q)| json!([n, q])).collect::<Vec<_>>(),
                 "potential_accepted_4": m.potential_accepted(4),
@@ -489,6 +493,31 @@ pub fn run(args: Args) -> Result<()> {
                 "potential_accepted_64": m.potential_accepted(64),
             }),
         );
+    }
+    let sourced: Vec<String> = results
+        .iter()
+        .filter(|r| r.metrics.steps_calib_in_tree + r.metrics.steps_ext_in_tree > 0)
+        .map(|r| {
+            let m = &r.metrics;
+            format!(
+                "{}: of {} steps, {} verified a calibration-only node and {} accepted one \
+                 ({} tokens); {} verified an extension-only node and {} accepted one ({} tokens)",
+                r.mode.name(),
+                m.steps,
+                m.steps_calib_in_tree,
+                m.steps_calib_accepted,
+                m.accepted_calib_only,
+                m.steps_ext_in_tree,
+                m.steps_ext_accepted,
+                m.accepted_ext_only
+            )
+        })
+        .collect();
+    if !sourced.is_empty() {
+        table.push_str(&format!(
+            "\nNodes no raw-text source proposed: {}.\n",
+            sourced.join("; ")
+        ));
     }
     if let Some(l) = &llama {
         table.push_str(&format!(
