@@ -11,9 +11,12 @@
 //! per-shape loop re-runs one matrix, which then sits in the 32 MB L3: use
 //! `--forward` for the honest number, which builds all 24 layers (≈ 390 MB,
 //! real types per layer) and times whole passes from DRAM.
+//! `--lm-head-argmax` alternates, call by call, the Qwen LM head (151936x896 Q8_0)
+//! writing all logits and `matmul_argmax` (argmax per token only) for each `--ns`.
 
 use std::time::Instant;
 
+use npu_runtime::kernels::matmul::matmul_argmax_with_isa;
 use npu_runtime::kernels::{matmul_with_isa, GgmlType, Isa, MatmulScratch, QMatrix, ThreadPool};
 
 fn random_ggml(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> Vec<u8> {
@@ -144,6 +147,9 @@ fn main() {
     let pool = ThreadPool::new(threads);
     if args.iter().any(|a| a == "--forward") {
         return forward(isa, &pool, &ns, min_ms);
+    }
+    if args.iter().any(|a| a == "--lm-head-argmax") {
+        return lm_head_argmax(isa, &pool, &ns, use_cpu && threads == 1);
     }
     let max_n = *ns.iter().max().unwrap();
     let mut scratch = MatmulScratch::new(max_n, 4864);
@@ -322,4 +328,71 @@ fn forward(isa: Isa, pool: &ThreadPool, ns: &[usize], min_ms: f64) {
             n as f64 * 1e3 / ms
         );
     }
+}
+
+/// Full LM-head logits vs the argmax-only LM head, alternating blocks of 5 calls (15
+/// pairs per N after a warm-up pair); min and median ms per call of each.
+fn lm_head_argmax(isa: Isa, pool: &ThreadPool, ns: &[usize], use_cpu: bool) {
+    let (rows, cols) = (151_936, 896);
+    let mut seed = 0x5eed_u64;
+    let w = QMatrix::from_ggml(
+        GgmlType::Q8_0,
+        rows,
+        cols,
+        &random_ggml(GgmlType::Q8_0, rows, cols, &mut seed),
+    )
+    .unwrap();
+    let max_n = *ns.iter().max().unwrap();
+    let mut scratch = MatmulScratch::new(max_n, cols);
+    let x: Vec<f32> = (0..max_n * cols)
+        .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
+        .collect();
+    let mut logits = vec![0f32; max_n * rows];
+    let mut ids = vec![0u32; max_n];
+    let now = || {
+        if use_cpu {
+            thread_cpu_ns().unwrap_or(0) as f64 / 1e6
+        } else {
+            Instant::now()
+                .duration_since(START.with(|s| *s))
+                .as_secs_f64()
+                * 1e3
+        }
+    };
+    println!(
+        "lm_head 151936x896 q8_0, isa {isa:?}, {} ms",
+        if use_cpu { "thread CPU" } else { "wall" }
+    );
+    for &n in ns {
+        let (xs, ls, is) = (&x[..n * cols], &mut logits[..n * rows], &mut ids[..n]);
+        let (mut full, mut arg) = (Vec::new(), Vec::new());
+        // Blocks of 5 calls: the thread CPU clock here advances in coarse ticks.
+        const CALLS: usize = 5;
+        for rep in 0..16 {
+            let t0 = now();
+            for _ in 0..CALLS {
+                matmul_with_isa(isa, &w, xs, n, ls, &mut scratch, pool);
+            }
+            let t1 = now();
+            for _ in 0..CALLS {
+                matmul_argmax_with_isa(isa, &w, xs, n, is, &mut scratch, pool);
+            }
+            let t2 = now();
+            if rep > 0 {
+                full.push((t1 - t0) / CALLS as f64);
+                arg.push((t2 - t1) / CALLS as f64);
+            }
+        }
+        full.sort_by(f64::total_cmp);
+        arg.sort_by(f64::total_cmp);
+        let m = full.len() / 2;
+        println!(
+            "N={n:3}  logits min {:7.2} med {:7.2}   argmax min {:7.2} med {:7.2}   med ratio {:.3}",
+            full[0], full[m], arg[0], arg[m], arg[m] / full[m]
+        );
+    }
+}
+
+thread_local! {
+    static START: Instant = Instant::now();
 }

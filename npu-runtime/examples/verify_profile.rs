@@ -5,6 +5,9 @@
 //! cargo run --release -p npu-runtime --example verify_profile -- \
 //!     --model ~/.cache/rag/models/qwen2.5-coder-0.5b.gguf --depth 1000 --ns 1,8,16 --reps 10
 //! `--only N --secs S` loops one size for S seconds (for `perf record`).
+//! `--argmax` runs `forward_tree_argmax` (the verify path: argmax per row, no logits);
+//! `--compare-argmax` alternates `forward_tree` and `forward_tree_argmax` rep by rep in
+//! one process and reports both (an A/B that a loaded machine disturbs least).
 
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
 use std::time::Instant;
@@ -50,6 +53,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     let only: usize = arg(&args, "--only", "0").parse()?;
     let secs: f64 = arg(&args, "--secs", "10").parse()?;
+    let argmax_only = args.iter().any(|a| a == "--argmax");
+    let compare = args.iter().any(|a| a == "--compare-argmax");
     let model = Model::load(std::path::Path::new(&path), &LoadOptions { threads })?;
     let (rss, peak) = rss_mb();
     println!("after load: RSS {rss:.0} MB, peak {peak:.0} MB");
@@ -66,6 +71,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     s.prefill(&toks[..depth], 0)?;
     let chain = |n: usize| (0..n as i32).map(|i| i - 1).collect::<Vec<i32>>();
+    let mut ids = Vec::with_capacity(64);
+    let mut forward = |s: &mut Session, toks: &[u32], p: &[i32], argmax: bool| {
+        if argmax {
+            s.forward_tree_argmax(toks, p, &mut ids)
+        } else {
+            s.forward_tree(toks, p).map(|_| ())
+        }
+    };
     if only > 0 {
         // Marker for attaching a profiler (`perf record -p`) after load and prefill.
         println!("prefilled {depth} tokens, looping N={only}");
@@ -74,36 +87,56 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t0 = Instant::now();
         let mut k = 0;
         while t0.elapsed().as_secs_f64() < secs {
-            s.forward_tree(&toks[depth..depth + only], &p)?;
+            forward(&mut s, &toks[depth..depth + only], &p, argmax_only)?;
             k += 1;
         }
         println!("N={only}: {k} forwards in {secs} s");
         return Ok(());
     }
     println!(
-        "threads {threads}, depth {depth}, {reps} reps (min / median wall ms, cpu ms if 1 thread)"
+        "threads {threads}, depth {depth}, {reps} reps (min / median wall ms, cpu ms if 1 thread){}",
+        if argmax_only { ", argmax LM head" } else { "" }
     );
     let mut base = None;
     for &n in &ns {
         let p = chain(n);
-        s.forward_tree(&toks[depth..depth + n], &p)?;
+        forward(&mut s, &toks[depth..depth + n], &p, argmax_only)?;
         let mut wall = Vec::with_capacity(reps);
         let mut cpu = Vec::with_capacity(reps);
+        let (mut wall_a, mut cpu_a) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
         for _ in 0..reps {
             let (t0, c0) = (Instant::now(), thread_cpu_ns());
-            s.forward_tree(&toks[depth..depth + n], &p)?;
+            forward(&mut s, &toks[depth..depth + n], &p, argmax_only)?;
             wall.push(t0.elapsed().as_secs_f64() * 1e3);
             cpu.push((thread_cpu_ns() - c0) as f64 / 1e6);
+            if compare {
+                let (t0, c0) = (Instant::now(), thread_cpu_ns());
+                forward(&mut s, &toks[depth..depth + n], &p, true)?;
+                wall_a.push(t0.elapsed().as_secs_f64() * 1e3);
+                cpu_a.push((thread_cpu_ns() - c0) as f64 / 1e6);
+            }
+        }
+        if compare {
+            wall_a.sort_by(f64::total_cmp);
+            cpu_a.sort_by(f64::total_cmp);
+            println!(
+                "N={n:3}  argmax: wall min {:8.2}  med {:8.2}  cpu min {:8.2}  med {:8.2}",
+                wall_a[0],
+                wall_a[reps / 2],
+                cpu_a[0],
+                cpu_a[reps / 2]
+            );
         }
         wall.sort_by(f64::total_cmp);
         cpu.sort_by(f64::total_cmp);
         let key = if threads == 1 { cpu[0] } else { wall[0] };
         let b = *base.get_or_insert(key);
         println!(
-            "N={n:3}  wall min {:8.2}  med {:8.2}  cpu min {:8.2}  ratio(min) {:.2}",
+            "N={n:3}  wall min {:8.2}  med {:8.2}  cpu min {:8.2}  med {:8.2}  ratio(min) {:.2}",
             wall[0],
             wall[reps / 2],
             cpu[0],
+            cpu[reps / 2],
             key / b
         );
     }

@@ -4,7 +4,7 @@
 
 use crate::attention::{attention, AttnDims, AttnScratch, BatchMask};
 use crate::error::{Result, RuntimeError};
-use crate::kernels::matmul::matmul_multi;
+use crate::kernels::matmul::{matmul_argmax, matmul_multi, ARGMAX_MAX_TOKENS};
 use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use crate::kv_cache::KvCache;
 use crate::ops::{add_bias, add_in_place, rms_norm, silu_mul, RopeLayout, RopeTable};
@@ -238,6 +238,21 @@ impl Backend for CpuBackend {
     }
 
     fn execute(&self, g: &mut CpuGraph, io: BlockIo<'_>) -> Result<()> {
+        self.execute_with_head(g, io, None)
+    }
+}
+
+impl CpuBackend {
+    /// [`Backend::execute`]; with `argmax` given, a last block writes each LM-head
+    /// row's argmax (`argmax[i]` for row i of `io.logits_rows`, ties to the lowest id)
+    /// instead of its logits, and `io.logits` is left untouched: verification needs
+    /// only the argmax, and skips writing `rows x vocab` floats.
+    pub fn execute_with_head(
+        &self,
+        g: &mut CpuGraph,
+        io: BlockIo<'_>,
+        argmax: Option<&mut [u32]>,
+    ) -> Result<()> {
         let t0 = Instant::now();
         let model = &*self.model;
         let c = model.config();
@@ -379,11 +394,21 @@ impl Backend for CpuBackend {
             let lm = w.lm_head();
             // The LM head is split into row groups of the graph's token count so the
             // matmul scratch (sized for `t` tokens) always fits.
-            for (xc, oc) in xs
-                .chunks(t * e)
-                .zip(io.logits[..rows * v].chunks_mut(t * v))
-            {
-                matmul(lm, xc, xc.len() / e, oc, &mut b.mm, pool);
+            if let Some(out) = argmax {
+                if out.len() < rows {
+                    return Err(RuntimeError::Backend("argmax buffer too small".into()));
+                }
+                let tc = t.min(ARGMAX_MAX_TOKENS);
+                for (xc, oc) in xs.chunks(tc * e).zip(out[..rows].chunks_mut(tc)) {
+                    matmul_argmax(lm, xc, xc.len() / e, oc, &mut b.mm, pool);
+                }
+            } else {
+                for (xc, oc) in xs
+                    .chunks(t * e)
+                    .zip(io.logits[..rows * v].chunks_mut(t * v))
+                {
+                    matmul(lm, xc, xc.len() / e, oc, &mut b.mm, pool);
+                }
             }
         }
         g.stats.last_execute = t0.elapsed();

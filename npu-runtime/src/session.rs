@@ -259,6 +259,17 @@ impl Session {
     /// Run every block of the graph set for `shape_tokens` on the first `n` staged tokens
     /// (the mask is already set).
     fn run(&mut self, shape_tokens: usize, rows: LogitsRows) -> Result<()> {
+        self.run_with_head(shape_tokens, rows, None)
+    }
+
+    /// [`Session::run`]; with `argmax`, the LM head writes each row's argmax there
+    /// instead of logits (see [`CpuBackend::execute_with_head`]).
+    fn run_with_head(
+        &mut self,
+        shape_tokens: usize,
+        rows: LogitsRows,
+        mut argmax: Option<&mut [u32]>,
+    ) -> Result<()> {
         let Session {
             backend,
             shapes,
@@ -277,7 +288,7 @@ impl Session {
             .ok_or_else(|| RuntimeError::Backend(format!("no graph of {shape_tokens} tokens")))?;
         let n_past = kv.n_past();
         for g in set.graphs.iter_mut() {
-            backend.execute(
+            backend.execute_with_head(
                 g,
                 BlockIo {
                     tokens: &tokens[..shape_tokens],
@@ -288,6 +299,7 @@ impl Session {
                     logits,
                     logits_rows: rows,
                 },
+                argmax.as_deref_mut(),
             )?;
         }
         Ok(())
@@ -353,12 +365,32 @@ impl Session {
     /// `n_past + depth(i) - 1`; KV rows go to scratch slots `n_past + i` (`n_past` is
     /// unchanged). Returns `tokens.len() x vocab` logits.
     pub fn forward_tree(&mut self, tokens: &[u32], parents: &[i32]) -> Result<&[f32]> {
-        self.forward_tree_inner(tokens, parents)?;
+        self.forward_tree_inner(tokens, parents, None)?;
         let v = self.model.vocab_size();
         Ok(&self.logits[..tokens.len() * v])
     }
 
-    fn forward_tree_inner(&mut self, tokens: &[u32], parents: &[i32]) -> Result<()> {
+    /// [`Session::forward_tree`] for callers that need only each row's [`argmax`]
+    /// (verification): `out` gets one token id per row, the same as `argmax` of that
+    /// row's logits, but the `tokens.len() x vocab` logits are never written (the
+    /// logits buffer keeps its previous contents). Allocates only if `out` is short.
+    pub fn forward_tree_argmax(
+        &mut self,
+        tokens: &[u32],
+        parents: &[i32],
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        out.clear();
+        out.resize(tokens.len(), 0);
+        self.forward_tree_inner(tokens, parents, Some(out))
+    }
+
+    fn forward_tree_inner(
+        &mut self,
+        tokens: &[u32],
+        parents: &[i32],
+        argmax: Option<&mut [u32]>,
+    ) -> Result<()> {
         let n = tokens.len();
         if parents.len() != n {
             return Err(RuntimeError::InvalidInput(format!(
@@ -380,7 +412,7 @@ impl Session {
         self.mask.set_tree(parents)?;
         self.tokens[..n].copy_from_slice(tokens);
         self.tokens[n..shape].fill(PAD_TOKEN);
-        self.run(shape, LogitsRows::All)?;
+        self.run_with_head(shape, LogitsRows::All, argmax)?;
         self.last_parents.clear();
         self.last_parents.extend_from_slice(parents);
         self.last_batch = n;
@@ -418,7 +450,7 @@ impl Session {
 
     /// Feed one token and commit it; returns the next-token logits.
     pub fn decode_step(&mut self, token: u32) -> Result<&[f32]> {
-        self.forward_tree_inner(&[token], &[-1])?;
+        self.forward_tree_inner(&[token], &[-1], None)?;
         self.commit(&[0])?;
         let v = self.model.vocab_size();
         Ok(&self.logits[..v])

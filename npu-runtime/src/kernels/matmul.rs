@@ -6,6 +6,8 @@ use super::layout::{decode_tile, dequantize_tile_row, pack_group, Planes, Tile, 
 use super::pool::ThreadPool;
 use super::simd::{detected, Isa};
 use super::{portable, KernelError};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -180,6 +182,8 @@ pub struct MatmulScratch {
     max_tokens: usize,
     max_cols: usize,
     acts: [QuantActs; ActFormat::COUNT],
+    /// Per token, the best (logit, row) found so far by [`matmul_argmax`] tasks.
+    best: Vec<AtomicU64>,
 }
 
 impl MatmulScratch {
@@ -188,6 +192,7 @@ impl MatmulScratch {
             max_tokens,
             max_cols,
             acts: std::array::from_fn(|_| QuantActs::new(max_tokens, max_cols)),
+            best: (0..max_tokens).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -269,52 +274,10 @@ pub fn matmul_multi_with_isa(
     );
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_args(w, x, n_tokens, out);
-        assert!(
-            n_tokens <= scratch.max_tokens && w.cols <= scratch.max_cols,
-            "matmul: scratch planned for {}x{}, call needs {}x{}",
-            scratch.max_tokens,
-            scratch.max_cols,
-            n_tokens,
-            w.cols
-        );
     }
-    if n_tokens == 0 {
+    let Some((isa, tasks, pooled)) = prepare(isa, ws, x, n_tokens, scratch, pool) else {
         return;
-    }
-    let isa = if isa.is_supported() {
-        isa
-    } else {
-        Isa::Portable
     };
-    // Quantize the input once per activation format the matrices need.
-    let mut quantized = [false; ActFormat::COUNT];
-    for w in ws {
-        if matches!(w.ty, GgmlType::F32 | GgmlType::F16) {
-            continue;
-        }
-        let fmt = ActFormat::for_weights(w.ty);
-        if !quantized[fmt.index()] {
-            quantize_parallel(isa, fmt, x, &mut scratch.acts[fmt.index()], pool);
-            quantized[fmt.index()] = true;
-        }
-    }
-    // Tasks per matrix in proportion to its work (at least one, at most one per
-    // row group); tiny calls run in one task without a pool hand-off.
-    let work: [usize; MAX_MULTI] =
-        std::array::from_fn(|i| ws.get(i).map_or(0, |w| w.rows * w.cols * n_tokens));
-    let total: usize = work.iter().sum();
-    let budget = if total < 1 << 16 {
-        0
-    } else {
-        4 * pool.n_threads()
-    };
-    let tasks: [usize; MAX_MULTI] = std::array::from_fn(|i| match ws.get(i) {
-        Some(w) if budget > 0 => (budget * work[i])
-            .div_ceil(total)
-            .clamp(1, w.rows.div_ceil(GROUP)),
-        Some(_) => 1,
-        None => 0,
-    });
     let outs_ptr: [SendPtr; MAX_MULTI] = std::array::from_fn(|i| {
         SendPtr(
             outs.get_mut(i)
@@ -355,7 +318,7 @@ pub fn matmul_multi_with_isa(
         let a = &acts[ActFormat::for_weights(w.ty).index()];
         run_isa(isa, &k, a, x, g0, g1, &write);
     };
-    if budget == 0 {
+    if !pooled {
         return (0..ws.len()).for_each(|m| run_part(m, 0));
     }
     let n_tasks: usize = tasks.iter().sum();
@@ -367,6 +330,207 @@ pub fn matmul_multi_with_isa(
         }
         run_part(m, j);
     });
+}
+
+/// Most tokens one [`matmul_argmax`] call takes (each task keeps a running
+/// best per token and lane on its stack).
+pub const ARGMAX_MAX_TOKENS: usize = 64;
+
+/// `out[n] = argmax_r (x · Wᵀ)[n][r]` without materialising the products: the
+/// index of each token's largest output, ties to the lowest row, NaN never
+/// winning (an all-NaN or all -inf token gives 0), exactly what a scan of the
+/// full [`matmul`] output with `>` from `-inf` returns. For an LM head whose
+/// logits are only needed for their argmax (verification), this skips writing
+/// `n_tokens × rows` floats.
+pub fn matmul_argmax(
+    w: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [u32],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
+    matmul_argmax_with_isa(detected(), w, x, n_tokens, out, scratch, pool)
+}
+
+/// Per token and lane (row within a group): the largest output seen and its group.
+struct LaneBest {
+    v: [[f32; GROUP]; ARGMAX_MAX_TOKENS],
+    g: [[u32; GROUP]; ARGMAX_MAX_TOKENS],
+}
+
+/// A token's best (value, row) as one integer whose order is "larger value, then
+/// lower row": `fetch_max` then combines tasks in any order. 0 means none.
+fn pack_best(v: f32, row: usize) -> u64 {
+    // -0.0 and 0.0 compare equal, so they must get one key (`+ 0.0` maps -0 to +0).
+    let b = (v + 0.0).to_bits();
+    let key = if b >> 31 == 1 { !b } else { b | 1 << 31 };
+    (key as u64) << 32 | u64::from(!(row as u32))
+}
+
+/// [`matmul_argmax`] on a given ISA (falls back to portable if this CPU lacks it).
+pub fn matmul_argmax_with_isa(
+    isa: Isa,
+    w: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [u32],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
+    assert_eq!(
+        x.len(),
+        n_tokens * w.cols,
+        "matmul_argmax: x must be n_tokens x cols"
+    );
+    assert_eq!(out.len(), n_tokens, "matmul_argmax: one index per token");
+    assert!(
+        n_tokens <= ARGMAX_MAX_TOKENS && w.rows <= u32::MAX as usize / 2,
+        "matmul_argmax: at most {ARGMAX_MAX_TOKENS} tokens per call"
+    );
+    let Some((isa, tasks, pooled)) = prepare(isa, &[w], x, n_tokens, scratch, pool) else {
+        return;
+    };
+    for b in &scratch.best[..n_tokens] {
+        b.store(0, Ordering::Relaxed);
+    }
+    let (acts, best) = (&scratch.acts, &scratch.best);
+    let run_part = |j: usize| {
+        let k = Kernel {
+            ty: w.ty,
+            cols: w.cols,
+            n_tokens,
+            planes: w.planes,
+            data: w.bytes(),
+        };
+        let n_groups = w.rows.div_ceil(GROUP);
+        let (g0, g1) = (j * n_groups / tasks[0], (j + 1) * n_groups / tasks[0]);
+        let lanes = RefCell::new(LaneBest {
+            v: [[f32::NEG_INFINITY; GROUP]; ARGMAX_MAX_TOKENS],
+            g: [[0; GROUP]; ARGMAX_MAX_TOKENS],
+        });
+        let rows = w.rows;
+        // The kernels visit a task's groups in ascending order for every token, so a
+        // strict `>` per lane keeps each lane's first (lowest-row) maximum.
+        let write = |t: usize, g: usize, acc: &[f32; GROUP]| {
+            let mut l = lanes.borrow_mut();
+            let l = &mut *l;
+            let (bv, bg) = (&mut l.v[t], &mut l.g[t]);
+            let n = GROUP.min(rows - g * GROUP);
+            if n < GROUP {
+                // A partial last group: its padding lanes must not win.
+                let mut a = [f32::NEG_INFINITY; GROUP];
+                a[..n].copy_from_slice(&acc[..n]);
+                return portable::lane_best(bv, bg, &a, g as u32);
+            }
+            lane_best(isa, bv, bg, acc, g as u32);
+        };
+        let a = &acts[ActFormat::for_weights(w.ty).index()];
+        run_isa(isa, &k, a, x, g0, g1, &write);
+        let l = lanes.into_inner();
+        for (t, b) in best[..n_tokens].iter().enumerate() {
+            let (mut bv, mut brow) = (f32::NEG_INFINITY, usize::MAX);
+            for i in 0..GROUP {
+                let (v, row) = (l.v[t][i], l.g[t][i] as usize * GROUP + i);
+                if v > bv || (v == bv && v > f32::NEG_INFINITY && row < brow) {
+                    (bv, brow) = (v, row);
+                }
+            }
+            if bv > f32::NEG_INFINITY {
+                b.fetch_max(pack_best(bv, brow), Ordering::Relaxed);
+            }
+        }
+    };
+    if pooled {
+        pool.parallel_for(tasks[0], &run_part);
+    } else {
+        run_part(0);
+    }
+    for (o, b) in out.iter_mut().zip(&scratch.best[..n_tokens]) {
+        let p = b.load(Ordering::Relaxed);
+        *o = if p == 0 { 0 } else { !(p as u32) };
+    }
+}
+
+/// Checks the scratch, quantizes `x` once per activation format `ws` need and
+/// splits the work into pool tasks: returns the ISA to run and the task count per
+/// matrix and whether to use the pool (not for calls too small to pay for a
+/// hand-off: one task per matrix, inline), or `None` for an empty batch.
+fn prepare(
+    isa: Isa,
+    ws: &[&QMatrix],
+    x: &[f32],
+    n_tokens: usize,
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) -> Option<(Isa, [usize; MAX_MULTI], bool)> {
+    for w in ws {
+        assert!(
+            n_tokens <= scratch.max_tokens && w.cols <= scratch.max_cols,
+            "matmul: scratch planned for {}x{}, call needs {}x{}",
+            scratch.max_tokens,
+            scratch.max_cols,
+            n_tokens,
+            w.cols
+        );
+    }
+    if n_tokens == 0 {
+        return None;
+    }
+    let isa = if isa.is_supported() {
+        isa
+    } else {
+        Isa::Portable
+    };
+    // Quantize the input once per activation format the matrices need.
+    let mut quantized = [false; ActFormat::COUNT];
+    for w in ws {
+        if matches!(w.ty, GgmlType::F32 | GgmlType::F16) {
+            continue;
+        }
+        let fmt = ActFormat::for_weights(w.ty);
+        if !quantized[fmt.index()] {
+            quantize_parallel(isa, fmt, x, &mut scratch.acts[fmt.index()], pool);
+            quantized[fmt.index()] = true;
+        }
+    }
+    // Tasks per matrix in proportion to its work (at least one, at most one per
+    // row group); tiny calls run in one task without a pool hand-off.
+    let work: [usize; MAX_MULTI] =
+        std::array::from_fn(|i| ws.get(i).map_or(0, |w| w.rows * w.cols * n_tokens));
+    let total: usize = work.iter().sum();
+    let budget = if total < 1 << 16 {
+        0
+    } else {
+        4 * pool.n_threads()
+    };
+    let tasks: [usize; MAX_MULTI] = std::array::from_fn(|i| match ws.get(i) {
+        Some(w) if budget > 0 => (budget * work[i])
+            .div_ceil(total)
+            .clamp(1, w.rows.div_ceil(GROUP)),
+        Some(_) => 1,
+        None => 0,
+    });
+    Some((isa, tasks, budget > 0))
+}
+
+/// [`portable::lane_best`] on `isa` (same results on every ISA).
+fn lane_best(
+    isa: Isa,
+    best: &mut [f32; GROUP],
+    group: &mut [u32; GROUP],
+    acc: &[f32; GROUP],
+    g: u32,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `prepare` only returns an ISA this CPU supports.
+        Isa::Avx512Vnni => unsafe { super::x86_avx512::lane_best(best, group, acc, g) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2.
+        Isa::Avx2 => unsafe { super::x86_avx2::lane_best(best, group, acc, g) },
+        _ => portable::lane_best(best, group, acc, g),
+    }
 }
 
 fn run_isa(
@@ -513,6 +677,105 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Random ggml bytes for `rows` rows in which every row is a copy of one random
+    /// row, except `big` rows, copies of that row with a doubled scale: every output
+    /// of a token ties with all others of its kind, so argmax tie-breaking is tested.
+    fn tied_matrix(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        big: &[usize],
+        seed: &mut u64,
+    ) -> QMatrix {
+        let row_bytes = ty.row_bytes(cols).unwrap();
+        assert_eq!(ty, GgmlType::Q8_0, "tied_matrix builds Q8_0 rows");
+        let mut base = vec![0u8; row_bytes];
+        let mut s = *seed;
+        for b in base.chunks_exact_mut(34) {
+            b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            for c in &mut b[2..] {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *c = (s >> 33) as u8;
+            }
+        }
+        *seed = s;
+        let mut doubled = base.clone();
+        for b in doubled.chunks_exact_mut(34) {
+            b[..2].copy_from_slice(&half::f16::from_f32(0.02).to_le_bytes());
+        }
+        let mut bytes = Vec::with_capacity(rows * row_bytes);
+        for r in 0..rows {
+            bytes.extend_from_slice(if big.contains(&r) { &doubled } else { &base });
+        }
+        QMatrix::from_ggml(ty, rows, cols, &bytes).unwrap()
+    }
+
+    /// `matmul_argmax` returns `session::argmax` of every row of the full `matmul`
+    /// output: random matrices of every format (many groups, so several tasks and a
+    /// partial last group), exact ties across groups and tasks, all-negative rows
+    /// (the padding lanes of a partial group must not win), 1-3 threads, every ISA.
+    #[test]
+    fn argmax_equals_argmax_of_full_output() {
+        use crate::session::argmax;
+        let mut seed = 31;
+        let cols = 256;
+        let mut cases: Vec<(QMatrix, &str)> = crate::kernels::ggml::QUANT_TYPES
+            .iter()
+            .map(|&ty| (random_matrix(ty, 1000 + 7, cols, &mut seed), "random"))
+            .collect();
+        cases.push((
+            tied_matrix(GgmlType::Q8_0, 421, cols, &[37, 300, 301, 415], &mut seed),
+            "ties",
+        ));
+        cases.push((
+            tied_matrix(GgmlType::Q8_0, 37, cols, &[], &mut seed),
+            "all equal",
+        ));
+        let mut checked_ties = [0usize; 2];
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads);
+            for n in [1usize, 5, 16, ARGMAX_MAX_TOKENS] {
+                let mut scratch = MatmulScratch::new(n, cols);
+                let mut x = uniform(&mut seed, n * cols);
+                // Half the tokens negated: the tied rows' products flip sign.
+                for t in (0..n).step_by(2) {
+                    x[t * cols..(t + 1) * cols]
+                        .iter_mut()
+                        .for_each(|v| *v = -*v);
+                }
+                for (w, what) in &cases {
+                    for isa in Isa::available() {
+                        let mut full = vec![0f32; n * w.rows()];
+                        matmul_with_isa(isa, w, &x, n, &mut full, &mut scratch, &pool);
+                        let want: Vec<u32> = full.chunks_exact(w.rows()).map(argmax).collect();
+                        let mut got = vec![u32::MAX; n];
+                        matmul_argmax_with_isa(isa, w, &x, n, &mut got, &mut scratch, &pool);
+                        assert_eq!(
+                            got,
+                            want,
+                            "{what} {:?} {isa:?} n={n} t={threads}",
+                            w.ggml_type()
+                        );
+                        if *what == "ties" {
+                            for (t, &a) in want.iter().enumerate() {
+                                let row = &full[t * w.rows()..][..w.rows()];
+                                assert!(row.iter().filter(|&&v| v == row[a as usize]).count() > 1);
+                                checked_ties[usize::from(a == 37)] += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Both tie kinds occurred: the first doubled row (37) and row 0 of the others.
+        assert!(
+            checked_ties[0] > 0 && checked_ties[1] > 0,
+            "{checked_ties:?}"
+        );
     }
 
     /// Every batch size from 1 to 33 (so any split of the batch into token tiles

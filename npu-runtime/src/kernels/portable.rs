@@ -153,3 +153,20 @@ fn run_float(
         }
     }
 }
+
+/// Running per-lane maximum for the argmax LM head: where `acc[i] > best[i]`
+/// (false for NaN), `best[i] = acc[i]` and `group[i] = g`. Visiting groups in
+/// ascending order keeps each lane's first (lowest-row) maximum.
+pub(crate) fn lane_best(
+    best: &mut [f32; GROUP],
+    group: &mut [u32; GROUP],
+    acc: &[f32; GROUP],
+    g: u32,
+) {
+    for i in 0..GROUP {
+        if acc[i] > best[i] {
+            best[i] = acc[i];
+            group[i] = g;
+        }
+    }
+}

@@ -432,3 +432,30 @@ unsafe fn float(k: &Kernel, x: &[f32], g0: usize, g1: usize, write: Write) {
         }
     }
 }
+
+/// [`super::portable::lane_best`] on two 8-lane halves (`_CMP_GT_OQ` is false
+/// for NaN, like `>`).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn lane_best(
+    best: &mut [f32; GROUP],
+    group: &mut [u32; GROUP],
+    acc: &[f32; GROUP],
+    g: u32,
+) {
+    // SAFETY: offsets 0 and 8 address two 8-lane halves of 16-element arrays;
+    // loads/stores are unaligned.
+    unsafe {
+        let gv = _mm256_castsi256_ps(_mm256_set1_epi32(g as i32));
+        for h in [0, 8] {
+            let a = _mm256_loadu_ps(acc.as_ptr().add(h));
+            let b = _mm256_loadu_ps(best.as_ptr().add(h));
+            let m = _mm256_cmp_ps::<_CMP_GT_OQ>(a, b);
+            _mm256_storeu_ps(best.as_mut_ptr().add(h), _mm256_blendv_ps(b, a, m));
+            let gp = group.as_mut_ptr().add(h).cast::<f32>();
+            _mm256_storeu_ps(gp, _mm256_blendv_ps(_mm256_loadu_ps(gp), gv, m));
+        }
+    }
+}

@@ -329,3 +329,27 @@ unsafe fn float(k: &Kernel, x: &[f32], g0: usize, g1: usize, write: Write) {
         }
     }
 }
+
+/// [`super::portable::lane_best`] in one compare and two masked blends
+/// (`_CMP_GT_OQ` is false for NaN, like `>`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn lane_best(
+    best: &mut [f32; GROUP],
+    group: &mut [u32; GROUP],
+    acc: &[f32; GROUP],
+    g: u32,
+) {
+    // SAFETY: each array is exactly one 64-byte vector; loads/stores are unaligned.
+    unsafe {
+        let a = _mm512_loadu_ps(acc.as_ptr());
+        let b = _mm512_loadu_ps(best.as_ptr());
+        let m = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b);
+        _mm512_storeu_ps(best.as_mut_ptr(), _mm512_mask_blend_ps(m, b, a));
+        let gi = _mm512_loadu_si512(group.as_ptr().cast());
+        let gn = _mm512_mask_blend_epi32(m, gi, _mm512_set1_epi32(g as i32));
+        _mm512_storeu_si512(group.as_mut_ptr().cast(), gn);
+    }
+}

@@ -1,0 +1,109 @@
+//! The argmax-only LM head on real models: `Session::forward_tree_argmax` gives, for
+//! every row of a verify batch, the `argmax` of the logits `forward_tree` returns, and
+//! `matmul_argmax` on a real LM head equals the argmax of the full product on every ISA.
+
+use npu_runtime::kernels::matmul::{matmul_argmax_with_isa, ARGMAX_MAX_TOKENS};
+use npu_runtime::kernels::{matmul_with_isa, Isa, MatmulScratch, ThreadPool};
+use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
+use std::sync::Arc;
+
+/// A model from the cache; a missing one fails with the fetch command, unless
+/// RAG_SKIP_MODEL_TESTS=1 asks to skip (then `None`).
+fn model(name: &str) -> Option<Arc<Model>> {
+    match npu_runtime::model_path::resolve(name) {
+        Ok(p) => Some(Model::load(&p, &LoadOptions { threads: 2 }).unwrap()),
+        Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
+            eprintln!("skipping: {e}");
+            None
+        }
+        Err(e) => panic!("{e}: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)"),
+    }
+}
+
+/// Deterministic values in [-1, 1) (xorshift).
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn check_session(m: &Arc<Model>) {
+    let mut s = Session::new(
+        m.clone(),
+        SessionOptions {
+            kv_capacity: 256,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    let v = m.vocab_size();
+    let toks: Vec<u32> = (0..120u32).map(|i| 200 + (i * 7919) % 9000).collect();
+    s.prefill(&toks[..60], 0).unwrap();
+    let chain = |n: usize| (0..n as i32).map(|i| i - 1).collect::<Vec<i32>>();
+    let trees: Vec<Vec<i32>> = vec![
+        chain(1),
+        chain(8),
+        chain(16),
+        vec![-1, 0, 0, 1, 1, 2, -1, 6, 3],
+        chain(40),
+    ];
+    let mut got = Vec::new();
+    for parents in &trees {
+        let n = parents.len();
+        let batch = &toks[60..60 + n];
+        let want: Vec<u32> = s
+            .forward_tree(batch, parents)
+            .unwrap()
+            .chunks_exact(v)
+            .map(argmax)
+            .collect();
+        s.forward_tree_argmax(batch, parents, &mut got).unwrap();
+        assert_eq!(got, want, "{} tree {parents:?}", m.path().display());
+        // The argmax call leaves a batch that can be committed like forward_tree's.
+        s.commit(&[0]).unwrap();
+    }
+}
+
+fn check_lm_head_every_isa(m: &Arc<Model>) {
+    let lm = m.weights().lm_head();
+    let pool = ThreadPool::new(2);
+    let cols = lm.cols();
+    for n in [1usize, 7] {
+        // Normed hidden rows are O(1) with a few large features.
+        let mut x = rand_vec(n * cols, 17 + n as u64);
+        for (i, v) in x.iter_mut().enumerate() {
+            *v *= if i % 97 == 3 { 12.0 } else { 2.0 };
+        }
+        let mut scratch = MatmulScratch::new(n.min(ARGMAX_MAX_TOKENS), cols);
+        for isa in Isa::available() {
+            let mut full = vec![0f32; n * lm.rows()];
+            matmul_with_isa(isa, lm, &x, n, &mut full, &mut scratch, &pool);
+            let want: Vec<u32> = full.chunks_exact(lm.rows()).map(argmax).collect();
+            let mut got = vec![u32::MAX; n];
+            matmul_argmax_with_isa(isa, lm, &x, n, &mut got, &mut scratch, &pool);
+            assert_eq!(got, want, "{} {isa:?} n={n}", m.path().display());
+        }
+    }
+}
+
+#[test]
+fn smollm2_verify_argmax_equals_argmax_of_logits() {
+    if let Some(m) = model("smollm2-135m") {
+        check_session(&m);
+        check_lm_head_every_isa(&m);
+    }
+}
+
+#[test]
+fn qwen05_verify_argmax_equals_argmax_of_logits() {
+    if let Some(m) = model("qwen2.5-coder-0.5b") {
+        check_session(&m);
+        check_lm_head_every_isa(&m);
+    }
+}
