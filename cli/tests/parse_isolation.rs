@@ -1,7 +1,8 @@
 //! Parser isolation in the real binary: parsers run in worker processes that are killed on
 //! timeout. A parser that loops forever, panics or aborts its process (injected through the
 //! worker's test hook, `RAG_PARSE_TEST_FAULTS`) costs one skipped file with its reason, the
-//! run finishes, and no worker outlives it (a looping worker left alive would).
+//! run finishes, and no worker outlives it (a looping worker left alive would), not even when
+//! the indexer itself is SIGKILLed in the middle of a parse.
 
 use serde_json::Value;
 use std::path::Path;
@@ -91,4 +92,74 @@ fn looping_panicking_and_aborting_parsers_are_skipped_and_killed() {
     let idx2 = tempfile::tempdir().unwrap();
     let plain = index_json(corpus.path(), idx2.path(), &marker, false);
     assert_eq!(plain["files_indexed"], 8, "{plain}");
+}
+
+fn cmdline(pid: &str) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// CPU seconds (user + system) a process has used, from /proc/PID/stat (100 ticks/s).
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let tick = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+#[test]
+fn sigkill_of_the_indexer_mid_parse_takes_its_worker_down() {
+    let corpus = tempfile::tempdir().unwrap();
+    std::fs::write(corpus.path().join("loop.txt"), "RAG-TEST-FAULT:loop\n").unwrap();
+    let idx = tempfile::tempdir().unwrap();
+    let marker = format!("{}-{:?}-pdeath", std::process::id(), Instant::now());
+    let mut parent = Command::new(env!("CARGO_BIN_EXE_rag"))
+        .args(["index", "--no-dense", "--json", "--parse-timeout", "600"])
+        .arg("--index-dir")
+        .arg(idx.path())
+        .arg(corpus.path())
+        .env("RAG_PARSE_ISOLATION_TEST_MARKER", &marker)
+        .env("RAG_PARSE_TEST_FAULTS", "1")
+        .env_remove("RAG_PARSE_ISOLATION")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Mid-parse: the worker has burnt CPU on the looping file (a real parse of it takes
+    // microseconds).
+    let t = Instant::now();
+    let worker = loop {
+        let busy = processes_with(&marker).into_iter().find(|p| {
+            cmdline(p).contains(corpus_tools::worker::WORKER_ARG) && cpu_seconds(p) >= 0.3
+        });
+        if let Some(w) = busy {
+            break w;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no worker started looping"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(parent.try_wait().unwrap().is_none(), "indexer ended early");
+    parent.kill().unwrap(); // SIGKILL
+    parent.wait().unwrap();
+    let t = Instant::now();
+    while !processes_with(&marker).is_empty() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = processes_with(&marker);
+    for pid in &left {
+        let _ = Command::new("kill").args(["-9", pid]).status();
+    }
+    assert!(
+        left.is_empty(),
+        "worker {worker} outlived its SIGKILLed parent: {left:?}"
+    );
 }

@@ -9,6 +9,12 @@
 //! embedded in binaries that never call [`init_or_serve`] keep the thread isolation: a
 //! looping parser thread is abandoned there, not killed.
 //!
+//! A worker never outlives its parent: on Linux it asks for SIGKILL when the parent dies
+//! (`PR_SET_PDEATHSIG`), and everywhere it exits as soon as its stdin closes, even in the
+//! middle of a parse (a reader thread watches the pipe). Workers are started from one
+//! long-lived thread because Linux sends the parent-death signal when the *thread* that
+//! started the child exits, not the process.
+//!
 //! Frames on both pipes: u32 length (LE) + payload. Request: path, limits, bytes. Response:
 //! 0 + encoded [`ParsedDoc`], or 1 + skip reason.
 
@@ -28,6 +34,10 @@ pub const ISOLATION_ENV: &str = "RAG_PARSE_ISOLATION";
 /// Test hook, read by workers only: when set, a file whose text starts with
 /// `RAG-TEST-FAULT:loop`, `:panic` or `:abort` makes the worker do that instead of parsing.
 pub const FAULTS_ENV: &str = "RAG_PARSE_TEST_FAULTS";
+
+/// Set by the parent for its workers: its pid, to detect a parent that died before the
+/// worker asked for the parent-death signal.
+const PARENT_ENV: &str = "RAG_PARSE_WORKER_PARENT";
 
 static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
 static IDLE: Mutex<Vec<Worker>> = Mutex::new(Vec::new());
@@ -105,17 +115,45 @@ struct Worker {
     responses: Receiver<Vec<u8>>,
 }
 
+type SpawnRequest = (PathBuf, mpsc::Sender<std::io::Result<Child>>);
+
+/// Start `program` as a worker from the process-lifetime spawner thread (see the module
+/// docs: the parent-death signal follows the thread that forked the child).
+fn spawn_child(program: &Path) -> Option<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        let _ = std::thread::Builder::new()
+            .name("corpus-parse-worker-spawner".into())
+            .spawn(move || {
+                for (program, reply) in rx {
+                    let _ = reply.send(
+                        Command::new(program)
+                            .arg(WORKER_ARG)
+                            .stdin(Stdio::piped())
+                            .stdout(Stdio::piped())
+                            // A panicking parser's message would land in the user's
+                            // terminal; the skip reason is what reports it.
+                            .stderr(Stdio::null())
+                            .env(PARENT_ENV, std::process::id().to_string())
+                            .spawn(),
+                    );
+                }
+            });
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .ok()?
+        .send((program.to_path_buf(), reply))
+        .ok()?;
+    answer.recv().ok()?.ok()
+}
+
 impl Worker {
     fn spawn(program: &Path) -> Option<Worker> {
-        let mut child = Command::new(program)
-            .arg(WORKER_ARG)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            // A panicking parser's message would land in the user's terminal; the skip
-            // reason is what reports it.
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
+        let mut child = spawn_child(program)?;
         let stdin = child.stdin.take()?;
         let mut stdout = child.stdout.take()?;
         let (tx, responses) = mpsc::channel();
@@ -147,12 +185,48 @@ impl Worker {
     }
 }
 
-/// The worker loop: one response per request until stdin closes.
+/// Ask the kernel to SIGKILL this process when its parent (thread) dies.
+#[cfg(target_os = "linux")]
+fn die_with_parent() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG, sig) takes an integer signal number and touches no
+    // memory of ours; a failure (returned, never a fault) only loses the signal, and the
+    // stdin watcher below still ends the worker.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    // The parent may have died before the call: then we were re-parented already.
+    let parent = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok());
+    if parent.is_some_and(|p| p != std::os::unix::process::parent_id()) {
+        std::process::exit(0);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent() {}
+
+/// The worker loop: one response per request until stdin closes. Requests are read by a
+/// thread that exits the process at end of input, so a worker stuck in a parse still ends
+/// when its parent goes away.
 fn serve() {
+    die_with_parent();
     let faults = std::env::var_os(FAULTS_ENV).is_some();
-    let mut stdin = std::io::stdin().lock();
+    let (tx, requests) = mpsc::sync_channel::<Vec<u8>>(1);
+    let reader = std::thread::Builder::new()
+        .name("corpus-parse-worker-stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            while let Some(frame) = read_frame(&mut stdin) {
+                if tx.send(frame).is_err() {
+                    return;
+                }
+            }
+            std::process::exit(0);
+        });
+    if reader.is_err() {
+        return;
+    }
     let mut stdout = std::io::stdout().lock();
-    while let Some(frame) = read_frame(&mut stdin) {
+    for frame in requests {
         let result = match decode_request(&frame) {
             Some((path, limits, bytes)) => {
                 let parse = if faults { faulty_parse } else { parse_bytes };
