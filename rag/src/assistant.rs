@@ -58,8 +58,8 @@ use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
 use serde::Serialize;
+use specdec::curve_cache::{self, CurveKey};
 use specdec::generate::{GenConfig, Generator};
-use specdec::CostCurve;
 use specdec::{Mode, TokenDb};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -234,8 +234,12 @@ struct GenState {
     /// Finished interactions (the answers), kept across index changes.
     conversations: TokenDb,
     conversations_path: PathBuf,
-    /// Where the measured verify-cost curve is cached (per model, thread count, CPU).
-    curve_path: PathBuf,
+    /// Where the measured verify-cost curve is cached, and its key (model fingerprint,
+    /// threads, machine, engine build: `specdec::curve_cache`, shared with the specdec
+    /// bench); `curve_stored` once the cache holds this run's or a valid older curve.
+    curve_file: PathBuf,
+    curve_key: Option<CurveKey>,
+    curve_stored: bool,
 }
 
 pub struct Assistant {
@@ -510,9 +514,19 @@ impl Assistant {
         )
         .unwrap_or_else(|_| TokenDb::new((self.opts.token_db_max_tokens / 4).max(1)));
         let sam = Arc::new(drafting_db(&corpus_db, &conversations).build_index());
-        let curve_path = cost_curve_path(&path, model.threads());
+        let curve_file = curve_cache::cache_file(
+            &npu_runtime::schedule::profile::cache_dir(),
+            &path,
+            model.threads(),
+        );
+        let curve_key = CurveKey::current(&path, model.threads()).ok();
+        // Without a valid cached curve the generator profiles one on the first question.
+        let cached = curve_key
+            .as_ref()
+            .and_then(|k| curve_cache::load(&curve_file, k).ok());
+        let curve_stored = cached.is_some();
         let cfg = GenConfig {
-            cost_curve: CostCurve::load(&curve_path).ok(),
+            cost_curve: cached,
             ..GenConfig::default()
         };
         let generator = Generator::new(self.opts.spec, Some(sam), cfg);
@@ -525,7 +539,9 @@ impl Assistant {
                 corpus_db,
                 conversations,
                 conversations_path,
-                curve_path,
+                curve_file,
+                curve_key,
+                curve_stored,
             }),
             name: stem,
         })
@@ -650,15 +666,17 @@ impl Assistant {
         st.committed.truncate(st.session.n_past());
 
         // The first generation profiles the verify-cost curve; keep it for the next run.
-        if !st.curve_path.exists() {
-            if let Some(curve) = st.generator.cost_curve() {
-                if let Some(dir) = st.curve_path.parent() {
-                    let _ = std::fs::create_dir_all(dir);
+        if !st.curve_stored {
+            let stored = match (&st.curve_key, st.generator.cost_curve()) {
+                (Some(key), Some(curve)) => {
+                    if let Err(e) = curve_cache::store(&st.curve_file, key, curve) {
+                        tracing::warn!("could not cache the verify-cost curve: {e}");
+                    }
+                    true
                 }
-                if let Err(e) = curve.save(&st.curve_path) {
-                    tracing::warn!("could not cache the verify-cost curve: {e}");
-                }
-            }
+                _ => false,
+            };
+            st.curve_stored = stored;
         }
 
         // Grow the drafting database with the finished interaction: the answer only (the
@@ -736,35 +754,6 @@ impl Utf8Stream {
         self.pending.clear();
         s
     }
-}
-
-/// `~/.cache/rag/profiles/verify-<model>-<size>-t<threads>-<cpu hash>.json`: the curve
-/// depends on the model file, the thread count and the CPU, nothing else.
-fn cost_curve_path(model: &Path, threads: usize) -> PathBuf {
-    let stem = model
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("model");
-    let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
-    let cpu_hash = cpu.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    models::cache_dir()
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(models::cache_dir)
-        .join("profiles")
-        .join(format!(
-            "verify-{stem}-{size}-t{threads}-{cpu_hash:016x}.json"
-        ))
 }
 
 /// Corpus chunks plus past answers, bounded like either part.
