@@ -333,13 +333,18 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
                 "Retrieval quality, f32 embedder (RAG_EMBED_FORMAT=f32)",
             )
         };
-        if a.chunk_tokens == corpus_tools::chunk::DEFAULT_CHUNK_TOKENS {
-            bench_report::write_section(key, title, &body)?;
-        } else {
-            let key = format!("{key}-c{}", a.chunk_tokens);
-            let title = format!("{title}, chunks of <= {} tokens", a.chunk_tokens);
-            bench_report::write_section(&key, &title, &body)?;
+        let (mut key, mut title) = (key.to_string(), title.to_string());
+        if a.chunk_tokens != corpus_tools::chunk::DEFAULT_CHUNK_TOKENS {
+            key = format!("{key}-c{}", a.chunk_tokens);
+            title = format!("{title}, chunks of <= {} tokens", a.chunk_tokens);
         }
+        // Another question set (e.g. the held-out one) gets its own section.
+        let set = a.questions.file_stem().and_then(|s| s.to_str());
+        if let Some(set) = set.filter(|s| *s != "questions") {
+            key = format!("{key}-{set}");
+            title = format!("{title}, question set {set}");
+        }
+        bench_report::write_section(&key, &title, &body)?;
     }
     Ok(())
 }
