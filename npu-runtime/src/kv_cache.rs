@@ -1,19 +1,17 @@
 //! KV cache shared by every graph kind.
 //!
-//! Layout per layer: K and V as `[capacity][n_head_kv][head_dim]` f32, one slot per token
-//! position. Prefill graphs, decode graphs and tree verification all read and write this one
+//! Per layer: V as `[capacity][n_head_kv][head_dim]` f32 rows, one slot per token position,
+//! and K transposed in tiles of 16 slots per KV head: `[n_head_kv][slot / 16][d][slot % 16]`
+//! (see `kernels::attn_tiles`), so the CPU attention scores one query against 16 keys as the
+//! 16 lanes of broadcast-FMAs over `d`, with no horizontal fold, and one head's keys are
+//! contiguous. Readers that need K rows (QNN staging, the prefill output, tests) copy them
+//! out of the tiles with [`KvCache::k_rows_into`]; K is stored once (a row-major copy beside
+//! the tiles cost 50% more KV memory).
+//! Prefill graphs, decode graphs and tree verification all read and write this one
 //! layout, so switching a block between graph kinds needs no relayout (pitfall 8).
 //! f32 keeps cached values exactly what the producing graph computed, which the
-//! graph-equivalence and tree tests rely on; it costs `2 * n_layer * kv_dim * 4` bytes
-//! per slot.
-//!
-//! The CPU attention reads K from a second, tiled copy per (layer, KV head):
-//! `[slot / 16][d][slot % 16]` (see `kernels::attn_tiles`), so the scores of one query
-//! against 16 keys are the 16 lanes of broadcast-FMAs over `d`, with no horizontal fold,
-//! and one head's keys are contiguous.
-//! The row-major K stays for the readers that need rows (QNN staging, prefill output,
-//! tests); keeping both costs one more K-sized buffer and a second 64-float scatter per
-//! written row.
+//! graph-equivalence and tree tests rely on; it costs about `2 * n_layer * kv_dim * 4`
+//! bytes per slot (K's last tile is padded to 16 slots).
 //!
 //! Slots `[0, n_past)` are committed. A forward pass writes its new tokens' rows into the
 //! scratch slots `n_past..n_past + n` without moving `n_past`; `commit` then keeps a chosen
@@ -28,7 +26,6 @@ pub struct KvCache {
     head_dim: usize,
     capacity: usize,
     n_past: usize,
-    k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     /// Per layer: `[n_head_kv][capacity / 16 rounded up][head_dim][16]`.
     k_tiles: Vec<Vec<f32>>,
@@ -53,7 +50,6 @@ impl KvCache {
             head_dim,
             capacity,
             n_past: 0,
-            k: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
             v: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
             k_tiles: (0..n_layer).map(|_| vec![0.0; tiled]).collect(),
         }
@@ -96,7 +92,7 @@ impl KvCache {
     /// Bytes held by the cache.
     pub fn bytes(&self) -> usize {
         let tiled: usize = self.k_tiles.iter().map(Vec::len).sum();
-        (2 * self.n_layer * self.capacity * self.kv_dim + tiled) * std::mem::size_of::<f32>()
+        (self.n_layer * self.capacity * self.kv_dim + tiled) * std::mem::size_of::<f32>()
     }
 
     /// Free slots after the committed prefix.
@@ -107,7 +103,6 @@ impl KvCache {
     /// Write one token's K and V rows of `layer` into `slot`.
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let d = self.kv_dim;
-        self.k[layer][slot * d..(slot + 1) * d].copy_from_slice(k);
         self.v[layer][slot * d..(slot + 1) * d].copy_from_slice(v);
         self.write_tiled(layer, slot, k);
     }
@@ -121,15 +116,54 @@ impl KvCache {
         }
     }
 
-    /// K and V of `layer`, slots `[0, n_slots)`.
-    pub fn layer(&self, layer: usize, n_slots: usize) -> (&[f32], &[f32]) {
-        let n = n_slots * self.kv_dim;
-        (&self.k[layer][..n], &self.v[layer][..n])
+    /// K rows of `layer` for the slots `first..first + out.len() / kv_dim`, copied out of
+    /// the tiles into `out` as `[slot][n_head_kv][head_dim]` (the same floats `write` got).
+    pub fn k_rows_into(&self, layer: usize, first: usize, out: &mut [f32]) {
+        let (d, hd, hs) = (self.kv_dim, self.head_dim, self.head_stride());
+        let n = out.len() / d;
+        assert!(
+            n * d == out.len() && first + n <= self.capacity,
+            "k_rows_into: {} floats from slot {first} are not whole rows within {} slots",
+            out.len(),
+            self.capacity
+        );
+        let tiles = &self.k_tiles[layer];
+        for g in 0..d / hd {
+            let head = &tiles[g * hs..(g + 1) * hs];
+            // Tile by tile, element-major: the tile is read in order, 16 rows written.
+            let mut s0 = first;
+            while s0 < first + n {
+                let s1 = (s0 / TILE + 1) * TILE;
+                let s1 = s1.min(first + n);
+                for e in 0..hd {
+                    let src = &head[tiled_index(s0, e, hd)..][..s1 - s0];
+                    for (i, &x) in src.iter().enumerate() {
+                        out[(s0 - first + i) * d + g * hd + e] = x;
+                    }
+                }
+                s0 = s1;
+            }
+        }
+    }
+
+    /// K rows of `layer`, slots `[0, n_slots)`, as a new buffer (outputs and tests; the
+    /// forward paths use [`Self::k_rows_into`] with a preplanned buffer).
+    pub fn k_rows(&self, layer: usize, n_slots: usize) -> Vec<f32> {
+        let mut out = vec![0.0; n_slots * self.kv_dim];
+        self.k_rows_into(layer, 0, &mut out);
+        out
+    }
+
+    /// V rows of `layer`, slots `[0, n_slots)`.
+    pub fn v_rows(&self, layer: usize, n_slots: usize) -> &[f32] {
+        &self.v[layer][..n_slots * self.kv_dim]
     }
 
     /// One slot's K row of a layer (tests and debugging).
-    pub fn k_row(&self, layer: usize, slot: usize) -> &[f32] {
-        &self.k[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim]
+    pub fn k_row(&self, layer: usize, slot: usize) -> Vec<f32> {
+        let mut out = vec![0.0; self.kv_dim];
+        self.k_rows_into(layer, slot, &mut out);
+        out
     }
 
     /// One slot's V row of a layer.
@@ -180,7 +214,6 @@ impl KvCache {
                 if p != i {
                     let src = (base + p) * d;
                     let dst = (base + i) * d;
-                    self.k[layer].copy_within(src..src + d, dst);
                     self.v[layer].copy_within(src..src + d, dst);
                     let (hd, hs) = (self.head_dim, self.head_stride());
                     for g in 0..self.kv_dim / hd {
@@ -240,21 +273,70 @@ mod tests {
         }
         kv.compact(&[0, 2, 5], 6).unwrap();
         assert_eq!(kv.n_past(), 6);
+        let tags = [0.0, 1.0, 2.0, 10.0, 12.0, 15.0];
         for l in 0..2 {
-            assert_eq!(kv.k_row(l, 2), row(2.0, d).as_slice());
-            assert_eq!(kv.k_row(l, 3), row(10.0, d).as_slice());
-            assert_eq!(kv.k_row(l, 4), row(12.0, d).as_slice());
-            assert_eq!(kv.k_row(l, 5), row(15.0, d).as_slice());
-            assert_eq!(kv.v_row(l, 5), row(-15.0, d).as_slice());
-            // The tiled K copy holds the same rows (head g, element e of slot s).
+            for (s, &tag) in tags.iter().enumerate() {
+                assert_eq!(kv.k_row(l, s), row(tag, d), "K layer {l} slot {s}");
+                assert_eq!(
+                    kv.v_row(l, s),
+                    row(-tag, d).as_slice(),
+                    "V layer {l} slot {s}"
+                );
+            }
+            // The tiles the attention reads hold the same rows (head g, element e of slot s).
             let view = kv.layer_view(l);
-            for s in 0..6 {
-                for (x, &want) in kv.k_row(l, s).iter().enumerate() {
+            for (s, &tag) in tags.iter().enumerate() {
+                for (x, want) in row(tag, d).into_iter().enumerate() {
                     let (g, e) = (x / 2, x % 2);
                     let got = view.k_tiles[g * view.head_stride + tiled_index(s, e, 2)];
                     assert_eq!(got, want, "layer {l} slot {s} element {x}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn k_rows_into_returns_the_written_rows_for_any_slot_range() {
+        // Capacity not a multiple of 16, 3 KV heads of 5: ranges start and end inside
+        // tiles, span several tiles, and reach the padded last tile.
+        let (n_layer, n_head_kv, hd, cap) = (2, 3, 5, 37);
+        let d = n_head_kv * hd;
+        let mut kv = KvCache::new(n_layer, n_head_kv, hd, cap);
+        let mut seed = 0x2545_f491_u32;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed as f32 / u32::MAX as f32 - 0.5
+        };
+        let rows: Vec<Vec<f32>> = (0..n_layer * cap)
+            .map(|_| (0..d).map(|_| rnd()).collect())
+            .collect();
+        for l in 0..n_layer {
+            for s in 0..cap {
+                let v: Vec<f32> = rows[l * cap + s].iter().map(|x| -x).collect();
+                kv.write(l, s, &rows[l * cap + s], &v);
+            }
+        }
+        let mut out = vec![f32::NAN; cap * d];
+        for l in 0..n_layer {
+            for first in 0..cap {
+                for n in 0..=cap - first {
+                    let out = &mut out[..n * d];
+                    out.fill(f32::NAN);
+                    kv.k_rows_into(l, first, out);
+                    for (i, got) in out.chunks_exact(d).enumerate() {
+                        assert_eq!(
+                            got,
+                            rows[l * cap + first + i],
+                            "layer {l} slot {}",
+                            first + i
+                        );
+                    }
+                }
+            }
+            let all = kv.k_rows(l, cap);
+            assert_eq!(all, rows[l * cap..(l + 1) * cap].concat());
         }
     }
 

@@ -68,8 +68,8 @@ fn prefill(
     }
     let mut rows = Vec::new();
     for l in 0..layers {
-        let (k, v) = kv.layer(l, ROWS);
-        rows.extend(k.iter().chain(v).copied());
+        rows.extend(kv.k_rows(l, ROWS));
+        rows.extend_from_slice(kv.v_rows(l, ROWS));
     }
     (out, rows)
 }

@@ -177,9 +177,8 @@ where
         let n = st.prompt.len();
         let mut kv = Vec::new();
         for layer in 0..st.kv.n_layer() {
-            let (k, v) = st.kv.layer(layer, n);
-            kv.extend_from_slice(k);
-            kv.extend_from_slice(v);
+            kv.extend(st.kv.k_rows(layer, n));
+            kv.extend_from_slice(st.kv.v_rows(layer, n));
         }
         (st.logits.clone(), kv)
     }
