@@ -102,20 +102,18 @@ impl HnswIndex {
     pub fn save(&self, dir: &Path, basename: &str) -> Result<()> {
         let used = self.hnsw.file_dump(dir, basename).context("dumping hnsw")?;
         anyhow::ensure!(used == basename, "hnsw dump chose another name ({used})");
-        let live: Vec<i64> = self
-            .live
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .copied()
-            .collect();
-        let dead: Vec<i64> = self
-            .dead
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .copied()
-            .collect();
+        // Sorted: the same index always writes the same bytes.
+        let sorted = |set: &RwLock<HashSet<i64>>| {
+            let mut v: Vec<i64> = set
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .copied()
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        let (live, dead) = (sorted(&self.live), sorted(&self.dead));
         let ids = serde_json::to_vec(&(live, dead))?;
         std::fs::write(dir.join(format!("{basename}.ids.json")), ids)?;
         Ok(())
@@ -441,7 +439,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         a.save(dir.path(), "a").unwrap();
         b.save(dir.path(), "b").unwrap();
-        for ext in ["hnsw.graph", "hnsw.data"] {
+        for ext in ["hnsw.graph", "hnsw.data", "ids.json"] {
             let fa = std::fs::read(dir.path().join(format!("a.{ext}"))).unwrap();
             let fb = std::fs::read(dir.path().join(format!("b.{ext}"))).unwrap();
             assert!(fa == fb, "{ext} dumps differ");
