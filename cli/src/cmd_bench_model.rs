@@ -301,9 +301,11 @@ pub fn run(args: Args) -> Result<()> {
     for n in VERIFY_SIZES {
         let batch = &toks[DEPTH..DEPTH + n];
         let parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
-        s.forward_tree(batch, &parents)?; // warm-up
+        // Timed as speculative decoding runs it: the argmax-only LM head.
+        let mut ids = Vec::with_capacity(n);
+        s.forward_tree_argmax(batch, &parents, &mut ids)?; // warm-up
         let ms = median_ms(args.reps, || {
-            s.forward_tree(batch, &parents)?;
+            s.forward_tree_argmax(batch, &parents, &mut ids)?;
             Ok(())
         })?;
         if n == 1 {
