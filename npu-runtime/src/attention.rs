@@ -163,8 +163,8 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// without `unsafe`). `run` executes `n` tasks, possibly in parallel.
 ///
 /// Work items are (block of up to `TOK_BLOCK` tokens, KV head, slice of its query
-/// heads); heads are sliced only when there are fewer items than threads. One pass of
-/// the tiled score kernel over the head's K tiles serves every query of an item (each
+/// heads); heads are sliced when there would be fewer than two items per thread. One
+/// pass of the tiled score kernel over the head's K tiles serves every query of an item (each
 /// tile row is loaded once per 3 queries, 16 keys per FMA); V rows are shared in
 /// L1-sized chunks. A score depends only on its query and key (`dot_f32`'s canonical
 /// order, lane by lane), scores stay in key order, and V rows are added in ascending key
@@ -196,7 +196,15 @@ pub fn attention(
     }
     let isa = detected();
     let units = n.div_ceil(TOK_BLOCK) * n_head_kv;
-    let parts = scratch.threads.div_ceil(units).clamp(1, group);
+    // With several threads, at least two items per thread: a worker that joins late
+    // (descheduled, or finishing another region) still takes a share, and 3 KV heads
+    // split 2:1 no longer leave one thread with double work.
+    let want = if scratch.threads > 1 {
+        2 * scratch.threads
+    } else {
+        1
+    };
+    let parts = want.div_ceil(units).clamp(1, group);
     let n_items = units * parts;
     let n_tasks = scratch.slots.len().min(n_items);
     let kv_dim = n_head_kv * hd;
