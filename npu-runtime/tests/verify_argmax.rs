@@ -7,6 +7,9 @@ use npu_runtime::kernels::{matmul_with_isa, Isa, MatmulScratch, ThreadPool};
 use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
 use std::sync::Arc;
 
+mod common;
+use common::rand_vec;
+
 /// A model from the cache; a missing one fails with the fetch command, unless
 /// RAG_SKIP_MODEL_TESTS=1 asks to skip (then `None`).
 fn model(name: &str) -> Option<Arc<Model>> {
@@ -18,19 +21,6 @@ fn model(name: &str) -> Option<Arc<Model>> {
         }
         Err(e) => panic!("{e}: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)"),
     }
-}
-
-/// Deterministic values in [-1, 1) (xorshift).
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 fn check_session(m: &Arc<Model>) {

@@ -3,7 +3,9 @@
 
 use rag::assistant::{AskEvent, AskOptions, Assistant, AssistantOptions};
 use rag::{IndexOptions, SearchMode};
-use std::path::PathBuf;
+
+mod sample_assistant;
+use sample_assistant::sample_assistant;
 
 fn model_available() -> bool {
     let present = rag::models::resolve("smollm2-135m").is_ok();
@@ -11,19 +13,6 @@ fn model_available() -> bool {
         panic!("smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m");
     }
     present
-}
-
-fn assistant(dir: &std::path::Path) -> Assistant {
-    let mut opts = AssistantOptions::new(dir);
-    opts.model = "smollm2-135m".into();
-    opts.dense = false;
-    opts.threads = 2;
-    opts.kv_capacity = 2048;
-    let a = Assistant::open(opts).unwrap();
-    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus");
-    a.add_paths(&[corpus], &IndexOptions::default(), &|_| {})
-        .unwrap();
-    a
 }
 
 fn ask_opts(max_tokens: usize) -> AskOptions {
@@ -40,7 +29,7 @@ fn ask_streams_the_answer_it_returns_and_is_deterministic() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let a = assistant(dir.path());
+    let a = sample_assistant(dir.path());
     let q = "How do I do a factory reset of the Kestrel K2 console?";
     let mut streamed = String::new();
     let first = a
@@ -69,7 +58,7 @@ fn preloading_the_model_gives_the_same_answer() {
     }
     let dir = tempfile::tempdir().unwrap();
     let q = "How do I do a factory reset of the Kestrel K2 console?";
-    let lazy = assistant(dir.path())
+    let lazy = sample_assistant(dir.path())
         .ask(q, &ask_opts(12), &mut |_| true)
         .unwrap();
     let mut opts = AssistantOptions::new(dir.path());
@@ -98,7 +87,7 @@ fn returning_false_or_cancelling_stops_early() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let a = assistant(dir.path());
+    let a = sample_assistant(dir.path());
     let mut pieces = 0;
     let stopped = a
         .ask(
@@ -132,7 +121,7 @@ fn ask_stream_delivers_text_then_done() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let a = std::sync::Arc::new(assistant(dir.path()));
+    let a = std::sync::Arc::new(sample_assistant(dir.path()));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .build()
@@ -159,7 +148,7 @@ fn ask_stream_cancels_and_runs_without_a_runtime() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let a = std::sync::Arc::new(assistant(dir.path()));
+    let a = std::sync::Arc::new(sample_assistant(dir.path()));
     let q = "What batteries does the sensor head use, and how long do they last?";
     let full = a.ask(q, &ask_opts(48), &mut |_| true).unwrap();
     assert!(

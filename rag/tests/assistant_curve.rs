@@ -1,10 +1,12 @@
 //! The Assistant caches its verify-cost curve through `specdec::curve_cache` (own test
 //! binary: it points `RAG_PROFILE_DIR` at a temporary directory for the whole process).
 
-use rag::assistant::{AskOptions, Assistant, AssistantOptions};
-use rag::{IndexOptions, SearchMode};
+use rag::assistant::AskOptions;
+use rag::SearchMode;
 use specdec::curve_cache::{self, CurveKey};
-use std::path::PathBuf;
+
+mod sample_assistant;
+use sample_assistant::sample_assistant;
 
 #[test]
 fn the_first_question_caches_the_curve_under_the_shared_key() {
@@ -26,15 +28,7 @@ fn the_first_question_caches_the_curve_under_the_shared_key() {
     curve_cache::store(&file, &stale, &old).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = AssistantOptions::new(dir.path());
-    opts.model = "smollm2-135m".into();
-    opts.dense = false;
-    opts.threads = 2;
-    opts.kv_capacity = 2048;
-    let a = Assistant::open(opts).unwrap();
-    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus");
-    a.add_paths(&[corpus], &IndexOptions::default(), &|_| {})
-        .unwrap();
+    let a = sample_assistant(dir.path());
     let ask = AskOptions {
         max_tokens: 8,
         mode: SearchMode::Bm25,

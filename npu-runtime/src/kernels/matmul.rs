@@ -155,6 +155,17 @@ pub(crate) struct Kernel<'a> {
 }
 
 impl<'a> Kernel<'a> {
+    /// The kernel for `w`'s repacked groups with `n_tokens` activation rows.
+    pub fn new(w: &'a QMatrix, n_tokens: usize) -> Self {
+        Kernel {
+            ty: w.ty,
+            cols: w.cols,
+            n_tokens,
+            planes: w.planes,
+            data: w.bytes(),
+        }
+    }
+
     pub fn group(&self, g: usize) -> &'a [u8] {
         let gb = self.planes.group_bytes();
         &self.data[g * gb..(g + 1) * gb]
@@ -288,13 +299,7 @@ pub fn matmul_multi_with_isa(
     // Runs task `j` of matrix `m`: an even share of its row groups.
     let run_part = |m: usize, j: usize| {
         let w = ws[m];
-        let k = Kernel {
-            ty: w.ty,
-            cols: w.cols,
-            n_tokens,
-            planes: w.planes,
-            data: w.bytes(),
-        };
+        let k = Kernel::new(w, n_tokens);
         let n_groups = w.rows.div_ceil(GROUP);
         let (g0, g1) = (j * n_groups / tasks[m], (j + 1) * n_groups / tasks[m]);
         let (rows, out_ptr) = (w.rows, outs_ptr[m]);
@@ -396,13 +401,7 @@ pub fn matmul_argmax_with_isa(
     }
     let (acts, best) = (&scratch.acts, &scratch.best);
     let run_part = |j: usize| {
-        let k = Kernel {
-            ty: w.ty,
-            cols: w.cols,
-            n_tokens,
-            planes: w.planes,
-            data: w.bytes(),
-        };
+        let k = Kernel::new(w, n_tokens);
         let n_groups = w.rows.div_ceil(GROUP);
         let (g0, g1) = (j * n_groups / tasks[0], (j + 1) * n_groups / tasks[0]);
         let lanes = RefCell::new(LaneBest {
