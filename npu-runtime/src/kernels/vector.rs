@@ -330,7 +330,7 @@ pub fn exp_neg(x: f32) -> f32 {
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
-const EXP_LO: f32 = -87.336_54;
+pub(crate) const EXP_LO: f32 = -87.336_54;
 const EXP_LN2_HI: f32 = 0.693_359_4;
 const EXP_LN2_LO: f32 = -2.121_944_4e-4;
 const EXP_C: [f32; 6] = [
@@ -454,7 +454,7 @@ unsafe fn softmax_exp_avx512(s: &mut [f32], scale: f32) -> f32 {
 /// 16 lanes of [`exp_neg`], operation for operation.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-fn exp_neg_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+pub(crate) fn exp_neg_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
