@@ -12,6 +12,7 @@ pub mod gemm_f32;
 mod ggml;
 mod layout;
 pub mod matmul;
+pub mod peak;
 pub mod pool;
 mod portable;
 pub mod simd;
