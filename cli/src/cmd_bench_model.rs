@@ -336,7 +336,7 @@ pub fn run(args: Args) -> Result<()> {
          | prefill T=128 | prefill T=512 | decode @0 | decode @{DEPTH} | peak RSS |\n\
          |---|---|---|---|---|\n\
          | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {rss:.0} MB |\n\n\
-         Verify cost at depth {DEPTH} (one forward of N new tokens, logits for all N):\n\n\
+         Verify cost at depth {DEPTH} (one forward of N new tokens, the argmax of each row):\n\n\
          | N | ms | ratio to N=1 |\n|---|---|---|\n",
         model.threads(),
         args.reps,

@@ -1,8 +1,9 @@
 //! `rag bench vs-llamacpp`: our CPU engine and llama.cpp on the same GGUF with the same
 //! thread count, back to back in one run. Rounds alternate (ours, llama.cpp, ours, ...) and
 //! each engine keeps its best round, so a burst of load on this shared machine hurts neither
-//! side more than the other. The physical floors (memory bandwidth for decode) are measured
-//! in the same run, not copied from elsewhere.
+//! side more than the other. The physical floors (memory bandwidth for decode, the int8
+//! multiply-accumulate peak for prefill) are measured in the same run, not copied from
+//! elsewhere.
 //!
 //! llama.cpp runs through `scripts/peers/llamacpp_bench.py` in a virtualenv outside the
 //! repository (`--python`); `--requant q4_0` also compares on llama.cpp's own re-quantization
@@ -60,6 +61,16 @@ pub fn run(args: Args) -> Result<()> {
         "memory read bandwidth ({} threads): {bw:.1} GB/s",
         args.threads
     );
+    let peak = npu_runtime::kernels::peak::int8_macs_per_sec(args.threads, 3);
+    let peak_text = match peak {
+        Some(p) => format!(
+            "int8 multiply-accumulate peak measured in this run (independent dot-product \
+             chains on every thread, registers only): {:.0} G MAC/s",
+            p / 1e9
+        ),
+        None => "no int8 SIMD path on this CPU: no int8 peak".to_owned(),
+    };
+    eprintln!("{peak_text}");
 
     let mut results = Vec::new();
     let mut body = format!(
@@ -67,12 +78,12 @@ pub fn run(args: Args) -> Result<()> {
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
          repetitions. llama.cpp is llama-cpp-python 0.3.36 (built from source with \
          GGML_NATIVE) in a virtualenv outside the repo. Memory read bandwidth measured in \
-         this run: {bw:.1} GB/s.\n\n",
+         this run: {bw:.1} GB/s; {peak_text}.\n\n",
         args.threads, args.rounds, args.reps
     );
     for file in &files {
         let (ours, peer) = measure_pair(&args, file)?;
-        let floors = Floors::of(file, bw)?;
+        let floors = Floors::of(file, bw, peak)?;
         body.push_str(&table(file, &ours, &peer, &floors));
         results.push(json!({
             "model": file_name(file),
@@ -89,7 +100,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         println!(
             "{}",
-            json!({"threads": args.threads, "bandwidth_gbs": bw, "files": results})
+            json!({"threads": args.threads, "bandwidth_gbs": bw,
+                "int8_peak_gmacs": peak.map(|p| p / 1e9), "files": results})
         );
     } else {
         println!("{body}");
@@ -238,10 +250,12 @@ struct Floors {
     /// Multiply-accumulates per prefill token (every matmul weight except the LM head, which
     /// prefill applies to the last token only).
     prefill_macs_per_token: f64,
+    /// Measured int8 multiply-accumulates per second of the machine, if it has an int8 path.
+    int8_peak_macs: Option<f64>,
 }
 
 impl Floors {
-    fn of(file: &Path, bw_gbs: f64) -> Result<Floors> {
+    fn of(file: &Path, bw_gbs: f64, int8_peak_macs: Option<f64>) -> Result<Floors> {
         let g = GgufFile::open(file).with_context(|| format!("reading {}", file.display()))?;
         let tied = g.tensor("output.weight").is_none();
         let mut bytes = 0u64;
@@ -260,6 +274,7 @@ impl Floors {
             decode_bytes: bytes,
             decode_ms: bytes as f64 / (bw_gbs * 1e9) * 1e3,
             prefill_macs_per_token: macs as f64,
+            int8_peak_macs,
         })
     }
 }
@@ -284,10 +299,14 @@ fn table(file: &Path, ours: &Value, peer: &Value, floors: &Floors) -> String {
     );
     for t in ["128", "512"] {
         let (a, b) = (get(ours, "prefill_tok_s", t), get(peer, "prefill_tok_s", t));
-        let gmacs = a * floors.prefill_macs_per_token / 1e9;
+        let macs = a * floors.prefill_macs_per_token;
+        let share = floors.int8_peak_macs.map_or(String::new(), |p| {
+            format!(", {:.0}% of the int8 peak", macs / p * 100.0)
+        });
         s.push_str(&format!(
-            "| prefill T={t} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {gmacs:.0} G MAC/s |\n",
-            a / b
+            "| prefill T={t} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {:.0} G MAC/s{share} |\n",
+            a / b,
+            macs / 1e9
         ));
     }
     for d in ["0", "1000"] {
@@ -310,7 +329,8 @@ fn table(file: &Path, ours: &Value, peer: &Value, floors: &Floors) -> String {
         rss(ours) / rss(peer)
     ));
     s.push_str(
-        "Verify cost at depth 1000 (one forward of N new tokens, logits for all N):\n\n\
+        "Verify cost at depth 1000 (one forward of N new tokens; ours computes each row's \
+         argmax, as speculative verification uses it, llama.cpp the logits of all N):\n\n\
          | N | ours ms | ours / N=1 | llama.cpp ms | llama.cpp / N=1 |\n|---|---|---|---|---|\n",
     );
     let (o1, p1) = (get(ours, "verify_ms", "1"), get(peer, "verify_ms", "1"));

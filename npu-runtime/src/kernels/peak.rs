@@ -12,7 +12,7 @@ use super::simd::{detected, Isa};
 
 /// Iterations of the inner loop per timed run (each iteration is one round of
 /// every chain).
-const ITERS: u64 = 1 << 21;
+const ITERS: u64 = 1 << 23;
 
 /// Independent accumulator chains per thread.
 const CHAINS: usize = 12;
