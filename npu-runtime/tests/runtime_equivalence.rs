@@ -1,17 +1,22 @@
-//! Graph equivalence, rollback and tree-mask tests on SmolLM2-135M: every comparison is
-//! bit-for-bit, which the batch-invariant kernels and attention make possible.
+//! Graph equivalence, rollback and tree-mask tests on SmolLM2-135M (the batch-invariance
+//! ones also on Qwen2.5-Coder-0.5B): every comparison is bit-for-bit, which the
+//! batch-invariant kernels and attention make possible.
 
 use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
 use std::sync::Arc;
 
 fn model() -> Option<Arc<Model>> {
+    model_named("smollm2-135m")
+}
+
+fn model_named(name: &str) -> Option<Arc<Model>> {
     if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
         return None;
     }
-    let p = npu_runtime::model_path::cache_dir().join("smollm2-135m.gguf");
+    let p = npu_runtime::model_path::cache_dir().join(format!("{name}.gguf"));
     assert!(
         p.exists(),
-        "{} missing: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)",
+        "{} missing: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)",
         p.display()
     );
     Some(Model::load(&p, &LoadOptions { threads: 2 }).unwrap())
@@ -47,7 +52,22 @@ fn kv_equal(a: &Session, b: &Session, n: usize) {
 
 #[test]
 fn decode_graphs_on_sub_chunks_equal_one_prefill_graph_run() {
-    let Some(m) = model() else { return };
+    if let Some(m) = model() {
+        check_chunkings(&m);
+    }
+}
+
+#[test]
+fn qwen05_decode_graphs_on_sub_chunks_equal_one_prefill_graph_run() {
+    if let Some(m) = model_named("qwen2.5-coder-0.5b") {
+        check_chunkings(&m);
+    }
+}
+
+/// One prompt as a prefill chunk, as verify batches of 32/8/5 rows and token by token:
+/// identical logits and KV rows.
+fn check_chunkings(m: &Arc<Model>) {
+    let m = m.clone();
     let prompt = tokens(128 + 21, 1);
     // A: prefill graph on the 128-token chunk, then decode graphs 16+4+1 for the rest.
     let mut a = session(&m);
@@ -123,7 +143,22 @@ fn truncate_then_redecode_reproduces_logits() {
 
 #[test]
 fn tree_nodes_equal_their_root_paths_and_commit_continues_greedy() {
-    let Some(m) = model() else { return };
+    if let Some(m) = model() {
+        check_tree(&m);
+    }
+}
+
+#[test]
+fn qwen05_tree_nodes_equal_their_root_paths_and_commit_continues_greedy() {
+    if let Some(m) = model_named("qwen2.5-coder-0.5b") {
+        check_tree(&m);
+    }
+}
+
+/// Every node of a two-root token tree has the logits of decoding its root path one token
+/// at a time; committing a path then continues exactly like plain greedy decoding.
+fn check_tree(m: &Arc<Model>) {
+    let m = m.clone();
     let v = m.vocab_size();
     let prompt = tokens(45, 3);
     //        0
