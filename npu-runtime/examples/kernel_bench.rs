@@ -11,6 +11,8 @@
 //! per-shape loop re-runs one matrix, which then sits in the 32 MB L3: use
 //! `--forward` for the honest number, which builds all 24 layers (≈ 390 MB,
 //! real types per layer) and times whole passes from DRAM.
+//! `--forward --model 1.5b` does the same for Qwen2.5-Coder-1.5B Q4_K_M (≈ 990 MB,
+//! Q4_K/Q6_K); `--by-type` adds passes over one weight type's matrices only.
 //! `--lm-head-argmax` alternates, call by call, the Qwen LM head (151936x896 Q8_0)
 //! writing all logits and `matmul_argmax` (argmax per token only) for each `--ns`.
 
@@ -146,7 +148,9 @@ fn main() {
     ];
     let pool = ThreadPool::new(threads);
     if args.iter().any(|a| a == "--forward") {
-        return forward(isa, &pool, &ns, min_ms);
+        let model = arg("--model").unwrap_or_else(|| "0.5b".into());
+        let by_type = args.iter().any(|a| a == "--by-type");
+        return forward(isa, &pool, &ns, min_ms, &model, by_type);
     }
     if args.iter().any(|a| a == "--lm-head-argmax") {
         return lm_head_argmax(isa, &pool, &ns, use_cpu && threads == 1);
@@ -233,9 +237,39 @@ fn main() {
     }
 }
 
-/// Time every matmul of a Qwen2.5-0.5B forward pass over distinct matrices.
-fn forward(isa: Isa, pool: &ThreadPool, ns: &[usize], min_ms: f64) {
-    let mut seed = 0xfeed_beef_1234_5678u64;
+/// Every matrix of one Qwen2.5-Coder-1.5B Q4_K_M forward pass (28 layers + the
+/// LM head), random valid blocks, ≈ 990 MB. As in the GGUF, half of attn_v and
+/// ffn_down are Q6_K (here every other layer), the LM head is Q6_K, the rest Q4_K.
+fn qwen15_matrices(seed: &mut u64) -> Vec<QMatrix> {
+    let mut mats = Vec::new();
+    let (d, ff) = (1536, 8960);
+    for layer in 0..28 {
+        let k6 = if layer % 2 == 0 {
+            GgmlType::Q6K
+        } else {
+            GgmlType::Q4K
+        };
+        for (ty, rows, cols) in [
+            (GgmlType::Q4K, d, d),
+            (GgmlType::Q4K, 256, d),
+            (k6, 256, d),
+            (GgmlType::Q4K, d, d),
+            (GgmlType::Q4K, ff, d),
+            (GgmlType::Q4K, ff, d),
+            (k6, d, ff),
+        ] {
+            mats.push(
+                QMatrix::from_ggml(ty, rows, cols, &random_ggml(ty, rows, cols, seed)).unwrap(),
+            );
+        }
+    }
+    let lm = GgmlType::Q6K;
+    mats.push(QMatrix::from_ggml(lm, 151936, d, &random_ggml(lm, 151936, d, seed)).unwrap());
+    mats
+}
+
+/// Every matrix of one Qwen2.5-0.5B forward pass (24 layers + the Q8_0 LM head).
+fn qwen05_matrices(seed: &mut u64) -> Vec<QMatrix> {
     let mut mats = Vec::new();
     for layer in 0..24 {
         // Layer types as in qwen2.5-coder-0.5b's GGUF (Q4_K_M mix).
@@ -259,8 +293,7 @@ fn forward(isa: Isa, pool: &ThreadPool, ns: &[usize], min_ms: f64) {
             (down, 896, 4864),
         ] {
             mats.push(
-                QMatrix::from_ggml(ty, rows, cols, &random_ggml(ty, rows, cols, &mut seed))
-                    .unwrap(),
+                QMatrix::from_ggml(ty, rows, cols, &random_ggml(ty, rows, cols, seed)).unwrap(),
             );
         }
     }
@@ -269,20 +302,63 @@ fn forward(isa: Isa, pool: &ThreadPool, ns: &[usize], min_ms: f64) {
             GgmlType::Q8_0,
             151936,
             896,
-            &random_ggml(GgmlType::Q8_0, 151936, 896, &mut seed),
+            &random_ggml(GgmlType::Q8_0, 151936, 896, seed),
         )
         .unwrap(),
     );
-    let bytes: usize = mats.iter().map(|m| m.size_bytes()).sum();
+    mats
+}
+
+/// Time every matmul of a Qwen2.5-0.5B (or, with `--model 1.5b`, Qwen2.5-Coder-1.5B)
+/// forward pass over distinct matrices; `--by-type` also times passes over the
+/// matrices of one type only (each type's achieved weight GB/s from DRAM).
+fn forward(isa: Isa, pool: &ThreadPool, ns: &[usize], min_ms: f64, model: &str, by_type: bool) {
+    let mut seed = 0xfeed_beef_1234_5678u64;
+    let mats = if model == "1.5b" {
+        qwen15_matrices(&mut seed)
+    } else {
+        qwen05_matrices(&mut seed)
+    };
     let max_n = *ns.iter().max().unwrap();
-    let mut scratch = MatmulScratch::new(max_n, 4864);
-    let x: Vec<f32> = (0..max_n * 4864)
+    let max_cols = mats.iter().map(|m| m.cols()).max().unwrap();
+    let mut scratch = MatmulScratch::new(max_n, max_cols);
+    let x: Vec<f32> = (0..max_n * max_cols)
         .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 250.0)
         .collect();
     let mut out = vec![0f32; max_n * 151936];
+    let mut sets: Vec<(String, Vec<&QMatrix>)> = vec![("all".into(), mats.iter().collect())];
+    if by_type {
+        let mut types: Vec<GgmlType> = mats.iter().map(|m| m.ggml_type()).collect();
+        types.sort_by_key(|t| format!("{t:?}"));
+        types.dedup();
+        for t in types {
+            let of_t = mats.iter().filter(|m| m.ggml_type() == t).collect();
+            sets.push((format!("{t:?}"), of_t));
+        }
+    }
+    for (name, set) in &sets {
+        forward_set(isa, pool, ns, min_ms, name, set, &x, &mut out, &mut scratch);
+    }
+}
+
+/// Time passes over `mats` (one matmul each) per batch size.
+#[allow(clippy::too_many_arguments)]
+fn forward_set(
+    isa: Isa,
+    pool: &ThreadPool,
+    ns: &[usize],
+    min_ms: f64,
+    name: &str,
+    mats: &[&QMatrix],
+    x: &[f32],
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    let bytes: usize = mats.iter().map(|m| m.size_bytes()).sum();
     println!(
-        "forward pass matmuls, isa {isa:?}, threads {}, {:.0} MB of weights, time = {}",
+        "{name}: forward pass matmuls, isa {isa:?}, threads {}, {} matrices, {:.0} MB of weights, time = {}",
         pool.n_threads(),
+        mats.len(),
         bytes as f64 / 1e6,
         if pool.n_threads() == 1 {
             "thread CPU time"
@@ -297,17 +373,17 @@ fn forward(isa: Isa, pool: &ThreadPool, ns: &[usize], min_ms: f64) {
     let mut base = 0.0;
     for &n in ns {
         let pass = |scratch: &mut MatmulScratch, out: &mut [f32]| {
-            for m in &mats {
+            for m in mats {
                 let (x, out) = (&x[..n * m.cols()], &mut out[..n * m.rows()]);
                 matmul_with_isa(isa, m, x, n, out, scratch, pool);
             }
         };
-        pass(&mut scratch, &mut out);
+        pass(scratch, out);
         let start = Instant::now();
         let cpu0 = thread_cpu_ns();
         let mut reps = 0u32;
         while reps < 3 || start.elapsed().as_secs_f64() * 1e3 < min_ms {
-            pass(&mut scratch, &mut out);
+            pass(scratch, out);
             reps += 1;
         }
         let wall = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
