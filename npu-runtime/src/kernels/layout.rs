@@ -43,19 +43,14 @@ pub(crate) struct Planes {
 
 impl Planes {
     pub fn new(ty: GgmlType, cols: usize) -> Planes {
-        let nb = cols / 32;
-        let nsb = cols / 256;
         let (codes, high, scales) = match ty {
             GgmlType::F32 => (cols * 64, 0, 0),
             GgmlType::F16 => (cols * 32, 0, 0),
-            GgmlType::Q4_0 => (nb * 256, 0, nb * 32),
-            GgmlType::Q5_0 => (nb * 256, nb * 64, nb * 32),
-            GgmlType::Q4_1 => (nb * 256, 0, nb * 64),
-            GgmlType::Q5_1 => (nb * 256, nb * 64, nb * 64),
-            GgmlType::Q8_0 => (nb * 512, 0, nb * 32),
-            GgmlType::Q4K => (nb * 256, 0, nsb * 320),
-            GgmlType::Q6K => (nb * 256, nb * 128, nsb * 320),
-            _ => unreachable!("{ty} is not a kernel type (QMatrix::from_ggml checks)"),
+            _ => {
+                let (c, h, s) = block_plane_bytes(ty);
+                let nb = cols / 32;
+                (nb * c, nb * h, nb * s)
+            }
         };
         Planes {
             codes,
@@ -66,6 +61,21 @@ impl Planes {
 
     pub fn group_bytes(&self) -> usize {
         self.codes + self.high + self.scales
+    }
+}
+
+/// Bytes one 32-column block of a quantized format takes in each plane (codes,
+/// high bits, scales); a K-quant super-block's 320 scale bytes are 40 per block.
+pub(crate) fn block_plane_bytes(ty: GgmlType) -> (usize, usize, usize) {
+    match ty {
+        GgmlType::Q4_0 => (256, 0, 32),
+        GgmlType::Q5_0 => (256, 64, 32),
+        GgmlType::Q4_1 => (256, 0, 64),
+        GgmlType::Q5_1 => (256, 64, 64),
+        GgmlType::Q8_0 => (512, 0, 32),
+        GgmlType::Q4K => (256, 0, 40),
+        GgmlType::Q6K => (256, 128, 40),
+        _ => unreachable!("{ty} is not a kernel type (QMatrix::from_ggml checks)"),
     }
 }
 

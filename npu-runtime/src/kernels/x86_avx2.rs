@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use super::act::QuantActs;
 use super::ggml::QUANT_TYPES;
-use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
+use super::layout::{block_plane_bytes, zero_point, Planes, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
 use super::matmul::Kernel;
 use super::portable::TCHUNK;
 use super::GgmlType;
@@ -22,24 +22,77 @@ const Q8_0: u8 = 4;
 const Q4K: u8 = 5;
 const Q6K: u8 = 6;
 
-/// Distance of the software prefetch, in bytes.
+/// Distance of the software prefetch, in bytes of the weight stream.
 const PREFETCH_AHEAD: usize = 4096;
 
-/// Software prefetch for block `b` (shared by the AVX2 and AVX-512 kernels):
-/// `PREFETCH_AHEAD` bytes ahead of this block's share of the group (groups are
-/// contiguous, so this runs into the next group). Hardware prefetch alone
-/// falls behind when a batch makes each block's compute long. Into L2 (T1),
-/// not L1: on the DRAM-resident lm_head T1 was ~25% faster than T0 at N=1
-/// and N=8 (KERNELS.md, session 3), as the L1 miss buffers stay free for the
-/// demand loads. Prefetches never fault, so any address is fine.
-#[inline(always)]
-pub(crate) fn prefetch_block(codes: *const u8, b: usize, bytes_per_block: usize) {
-    let base = codes.wrapping_add(b * bytes_per_block + PREFETCH_AHEAD);
-    let mut off = 0;
-    while off < bytes_per_block {
-        // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(base.wrapping_add(off).cast()) };
-        off += 64;
+/// Software prefetch shared by the AVX2 and AVX-512 kernels. A group's three
+/// planes (codes, high bits, scales) are read at three different rates, so
+/// each plane is prefetched on its own, the same number of blocks ahead
+/// (`PREFETCH_AHEAD` bytes of the whole stream); past the group's last block
+/// it continues in the next group (groups are contiguous). One linear
+/// pointer over the group, as before, left the scale and high-bit planes
+/// without prefetch: their loads were the hot spots of the N=1 K-quant kernel
+/// (KERNELS.md, session 7). Hardware prefetch alone falls behind when a batch
+/// makes each block's compute long. Into L2 (T1), not L1: on the DRAM-resident
+/// lm_head T1 was ~25% faster than T0 (session 3). Prefetches never fault, so
+/// any address is fine.
+#[derive(Clone, Copy)]
+pub(crate) struct Prefetch {
+    nb: usize,
+    lead: usize,
+    group_bytes: usize,
+    codes: usize,
+    high_at: usize,
+    high: usize,
+    scales_at: usize,
+    scales: usize,
+}
+
+impl Prefetch {
+    pub fn new(ty: GgmlType, cols: usize) -> Prefetch {
+        let p = Planes::new(ty, cols);
+        let (codes, high, scales) = block_plane_bytes(ty);
+        Prefetch {
+            nb: cols / 32,
+            // At least a super-block, so a K-quant's scales are in before its first block.
+            lead: (PREFETCH_AHEAD / (codes + high + scales)).max(8),
+            group_bytes: p.group_bytes(),
+            codes,
+            high_at: p.codes,
+            high,
+            scales_at: p.codes + p.high,
+            scales,
+        }
+    }
+
+    /// The byte offsets (from the current group's start) of the lines block
+    /// `b + lead` reads: one per 64 bytes of its codes and high bits, one in
+    /// its scales (<= 64 bytes per block; consecutive blocks touch every line).
+    #[inline(always)]
+    fn lines(&self, b: usize, mut line: impl FnMut(usize)) {
+        let (mut base, mut pb) = (0, b + self.lead);
+        while pb >= self.nb {
+            pb -= self.nb;
+            base += self.group_bytes;
+        }
+        let codes = base + pb * self.codes;
+        for off in (0..self.codes).step_by(64) {
+            line(codes + off);
+        }
+        let high = base + self.high_at + pb * self.high;
+        for off in (0..self.high).step_by(64) {
+            line(high + off);
+        }
+        line(base + self.scales_at + pb * self.scales);
+    }
+
+    /// Prefetch (into L2) what block `b + lead` of the group starting at `group` reads.
+    #[inline(always)]
+    pub fn block(&self, group: *const u8, b: usize) {
+        self.lines(b, |off| {
+            // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(off).cast()) }
+        });
     }
 }
 
@@ -106,7 +159,6 @@ fn dot4(w: __m256i, a: __m256i) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
-    let p = k.planes;
     // Q8_0 codes are made signed again for the sign trick, so no zero point.
     let z = if F == Q8_0 {
         0
@@ -119,7 +171,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let nib = _mm256_set1_epi8(0x0F);
     let m10 = _mm256_set1_epi8(0x10);
     let flip = _mm256_set1_epi8(-128);
-    let bytes_per_block = p.group_bytes() / nb;
+    let pf = Prefetch::new(k.ty, k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -128,7 +180,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 *a = [_mm256_setzero_ps(); 2];
             }
             for b in 0..nb {
-                prefetch_block(codes, b, bytes_per_block);
+                pf.block(codes, b);
                 for h in 0..2 {
                     // SAFETY: offsets stay inside this group's planes as in the
                     // AVX-512 kernel; `h * 32` selects rows 8h..8h+8 of a vector.
@@ -269,7 +321,6 @@ fn pack_i16x2(lo: i32, hi: i32) -> i32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
-    let p = k.planes;
     let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
     let mut isum = [[_mm256_setzero_si256(); 2]; TCHUNK];
     let mut res = [0f32; GROUP];
@@ -281,7 +332,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
         13, 12, 13,
     );
     let dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
-    let bytes_per_block = p.group_bytes() / nb;
+    let pf = Prefetch::new(k.ty, k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -296,7 +347,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                 let s = scales.add(sb * 320);
                 for j in 0..8 {
                     let b = sb * 8 + j;
-                    prefetch_block(codes, b, bytes_per_block);
+                    pf.block(codes, b);
                     for h in 0..2 {
                         let w = load_kcodes::<F>(codes, high, b, h);
                         // Scales as an i16 pair per lane: Q4_K (sc, sc); Q6_K
@@ -456,6 +507,69 @@ pub(crate) unsafe fn lane_best(
             _mm256_storeu_ps(best.as_mut_ptr().add(h), _mm256_blendv_ps(b, a, m));
             let gp = group.as_mut_ptr().add(h).cast::<f32>();
             _mm256_storeu_ps(gp, _mm256_blendv_ps(_mm256_loadu_ps(gp), gv, m));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::ggml::QUANT_TYPES;
+    use std::collections::HashMap;
+
+    /// Every 64-byte line a kernel reads for block `b` of group `g` (offsets from
+    /// group 0); a K-quant super-block's whole scale entry counts at its first block.
+    fn lines_read(ty: GgmlType, cols: usize, g: usize, b: usize) -> Vec<usize> {
+        let p = Planes::new(ty, cols);
+        let (c, h, s) = block_plane_bytes(ty);
+        let base = g * p.group_bytes();
+        let mut ranges = vec![(base + b * c, c), (base + p.codes + b * h, h)];
+        let scales = base + p.codes + p.high;
+        if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+            if matches!(b % 8, 0) {
+                ranges.push((scales + (b / 8) * 320, 320));
+            }
+        } else {
+            ranges.push((scales + b * s, s));
+        }
+        let mut out = Vec::new();
+        for (at, len) in ranges {
+            out.extend((at / 64..(at + len).div_ceil(64)).map(|l| l * 64));
+        }
+        out
+    }
+
+    #[test]
+    fn prefetch_reaches_every_plane_line_before_it_is_read() {
+        for &ty in QUANT_TYPES.iter() {
+            for cols in [256, 896, 1536, 4864, 8960] {
+                if cols % ty.block_size() != 0 {
+                    continue;
+                }
+                let pf = Prefetch::new(ty, cols);
+                let (nb, groups) = (cols / 32, 4);
+                // Step at which each line was first prefetched.
+                let mut when: HashMap<usize, usize> = HashMap::new();
+                for g in 0..groups {
+                    let gb = Planes::new(ty, cols).group_bytes();
+                    for b in 0..nb {
+                        let step = g * nb + b;
+                        // A kernel reads block b's lines, then prefetches ahead.
+                        if step >= pf.lead {
+                            for l in lines_read(ty, cols, g, b) {
+                                let at = when.get(&l).copied();
+                                assert!(
+                                    at.is_some_and(|s| s < step),
+                                    "{ty} cols {cols}: line {l} of group {g} block {b} not prefetched"
+                                );
+                            }
+                        }
+                        pf.lines(b, |off| {
+                            when.entry(g * gb + off / 64 * 64).or_insert(step);
+                        });
+                    }
+                }
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use super::ggml::QUANT_TYPES;
 use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
 use super::matmul::Kernel;
 use super::portable::TCHUNK;
-use super::x86_avx2::prefetch_block;
+use super::x86_avx2::Prefetch;
 use super::GgmlType;
 
 // Format ids for monomorphisation.
@@ -116,12 +116,11 @@ unsafe fn load_codes<const F: u8>(codes: *const u8, high: *const u8, b: usize) -
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
-    let p = k.planes;
     let z = zero_point(fmt_type(F));
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc = [_mm512_setzero_ps(); TCHUNK];
     let mut res = [0f32; GROUP];
-    let bytes_per_block = p.group_bytes() / nb;
+    let pf = Prefetch::new(k.ty, k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -130,7 +129,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 *a = _mm512_setzero_ps();
             }
             for b in 0..nb {
-                prefetch_block(codes, b, bytes_per_block);
+                pf.block(codes, b);
                 // SAFETY: block b < nb lies in this group's planes; the scale
                 // plane holds 32 (or 64) bytes per block.
                 let w = unsafe { load_codes::<F>(codes, high, b) };
@@ -190,12 +189,11 @@ fn pack_i16x2(lo: i32, hi: i32) -> i32 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
-    let p = k.planes;
     let mut acc = [_mm512_setzero_ps(); TCHUNK];
     let mut isum = [_mm512_setzero_si512(); TCHUNK];
     let mut res = [0f32; GROUP];
     let sign = _mm512_set1_epi32(i32::MIN);
-    let bytes_per_block = p.group_bytes() / nb;
+    let pf = Prefetch::new(k.ty, k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -210,7 +208,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                 let s = scales.add(sb * 320);
                 for j in 0..8 {
                     let b = sb * 8 + j;
-                    prefetch_block(codes, b, bytes_per_block);
+                    pf.block(codes, b);
                     let w = load_codes::<F>(codes, high, b);
                     let (sc_lo, sc_hi) = if F == Q4K {
                         let sc =
