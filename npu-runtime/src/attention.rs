@@ -165,7 +165,7 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// Work items are (block of up to `TOK_BLOCK` tokens, KV head, slice of its query
 /// heads); heads are sliced when there would be fewer than two items per thread. One
 /// pass of the tiled score kernel over the head's K tiles serves every query of an item (each
-/// tile row is loaded once per 3 queries, 16 keys per FMA); V rows are shared in
+/// tile row is loaded once per 4 queries, 16 keys per FMA); V rows are shared in
 /// L1-sized chunks. A score depends only on its query and key (`dot_f32`'s canonical
 /// order, lane by lane), scores stay in key order, and V rows are added in ascending key
 /// order, so a result does not depend on the batch, the item split or the thread count.

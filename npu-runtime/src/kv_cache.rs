@@ -1,10 +1,10 @@
 //! KV cache shared by every graph kind.
 //!
 //! Per layer: V as `[capacity][n_head_kv][head_dim]` f32 rows, one slot per token position,
-//! and K transposed in tiles of 16 slots per KV head: `[n_head_kv][slot / 16][d][slot % 16]`
-//! (see `kernels::attn_tiles`), so the CPU attention scores one query against 16 keys as the
-//! 16 lanes of broadcast-FMAs over `d`, with no horizontal fold, and one head's keys are
-//! contiguous. Readers that need K rows (QNN staging, the prefill output, tests) copy them
+//! and K transposed in tiles of 16 slots per KV head:
+//! `[n_head_kv][slot / 16][tile_row(d)][slot % 16]` (see `kernels::attn_tiles`), so the
+//! CPU attention scores one query against 16 keys as the 16 lanes of broadcast-FMAs over
+//! `d`, with no horizontal fold, and one head's keys are contiguous. Readers that need K rows (QNN staging, the prefill output, tests) copy them
 //! out of the tiles with [`KvCache::k_rows_into`]; K is stored once (a row-major copy beside
 //! the tiles cost 50% more KV memory).
 //! Prefill graphs, decode graphs and tree verification all read and write this one
@@ -27,7 +27,7 @@ pub struct KvCache {
     capacity: usize,
     n_past: usize,
     v: Vec<Vec<f32>>,
-    /// Per layer: `[n_head_kv][capacity / 16 rounded up][head_dim][16]`.
+    /// Per layer: `[n_head_kv][capacity / 16 rounded up][head_dim][16]` (rows by `tile_row`).
     k_tiles: Vec<Vec<f32>>,
 }
 

@@ -1,8 +1,8 @@
 //! Attention scores against K stored transposed in tiles of 16 keys.
 //!
-//! One KV head's K is `[slot / 16][d][slot % 16]`: a tile holds 16 keys with element
-//! `d` of all of them adjacent, so one broadcast of `q[d]` and one FMA advance 16
-//! (query, key) products at once, with the keys in the lanes and no horizontal fold.
+//! One KV head's K is `[slot / 16][tile_row(d)][slot % 16]`: a tile holds 16 keys with
+//! element `d` of all of them adjacent (rows in the order the kernel reads them), so one
+//! broadcast of `q[d]` and one FMA advance 16 (query, key) products at once, with the keys in the lanes and no horizontal fold.
 //! The arithmetic per lane is exactly [`super::vector::dot_f32`]'s canonical order (16
 //! partials by `d mod 16`, each a fused chain; the pairwise fold l+8, l+4, l+2, l+1; the
 //! tail fused in order), so a score has the same bits as before the tiling, whatever
@@ -13,10 +13,31 @@ use super::simd::Isa;
 /// Keys per tile.
 pub const TILE: usize = 16;
 
+/// The order in which the kernels visit the quarters of the partials (quarter `r` holds
+/// the partials `l = r, r + 4, r + 8, r + 12`): `c_0`, `c_2` (then `e_0 = c_0 + c_2`),
+/// `c_1`, `c_3` (then `e_1`); the tile stores the quarters' rows in this order.
+const QUARTER_ORDER: [usize; 4] = [0, 2, 1, 3];
+
+/// Row of element `d` inside a tile of head size `hd`: the rows of the full 16-element
+/// chunks grouped by quarter (in [`QUARTER_ORDER`]), each quarter's rows in the order the
+/// kernel reads them (chunk, then `l`), then the tail rows in order. The AVX-512 kernel
+/// so reads a tile front to back; with rows in `d` order it read every fourth 64-byte
+/// line per pass, a pattern the hardware prefetcher does not follow from memory.
+#[inline(always)]
+pub fn tile_row(d: usize, hd: usize) -> usize {
+    let full = hd - hd % 16;
+    if d >= full {
+        return d;
+    }
+    // QUARTER_ORDER is its own inverse: quarter r is the QUARTER_ORDER[r]-th visited.
+    let pos = QUARTER_ORDER[d % 4];
+    pos * (full / 4) + (d / 16) * 4 + (d % 16) / 4
+}
+
 /// Index of element `d` of key `slot` in one head's tiled K of head size `hd`.
 #[inline(always)]
 pub fn tiled_index(slot: usize, d: usize, hd: usize) -> usize {
-    (slot / TILE) * hd * TILE + d * TILE + slot % TILE
+    (slot / TILE) * hd * TILE + tile_row(d, hd) * TILE + slot % TILE
 }
 
 /// (queries, head size, tile, output of the first query at the tile's first key, output
@@ -56,32 +77,9 @@ pub fn scores_tiled_with_isa(
     );
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && isa.is_supported() {
-        for t in 0..n_keys.div_ceil(TILE) {
-            let lanes = (n_keys - t * TILE).min(TILE);
-            let mut a = 0;
-            while a < n_q {
-                let qb = (n_q - a).min(3);
-                let args = (
-                    q[a * hd..].as_ptr(),
-                    hd,
-                    kt[t * hd * TILE..].as_ptr(),
-                    out[a * out_stride + t * TILE..].as_mut_ptr(),
-                    out_stride,
-                    lanes,
-                );
-                // SAFETY: AVX-512F/FMA present; queries a..a + qb, tile t and their
-                // output rows hold the extents checked above.
-                unsafe {
-                    match qb {
-                        3 => canon_group_avx512::<3>(args),
-                        2 => canon_group_avx512::<2>(args),
-                        _ => canon_group_avx512::<1>(args),
-                    }
-                }
-                a += qb;
-            }
-        }
-        return;
+        // SAFETY: AVX-512F/FMA present; the query rows, the tiles of every key below
+        // `n_keys` and the output rows hold the extents checked above.
+        return unsafe { scores_avx512(q, hd, kt, n_keys, out, out_stride) };
     }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && isa.is_supported() {
@@ -116,7 +114,7 @@ fn canon_body(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], 
                 for c in (0..full).step_by(16) {
                     for (i, p) in p.iter_mut().enumerate() {
                         let d = c + r + 4 * i;
-                        let (x, row) = (qa[d], &tile[d * TILE..][..TILE]);
+                        let (x, row) = (qa[d], &tile[tile_row(d, hd) * TILE..][..TILE]);
                         for k in 0..TILE {
                             p[k] = x.mul_add(row[k], p[k]);
                         }
@@ -141,45 +139,107 @@ fn canon_body(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], 
     }
 }
 
-/// The canonical order for `QB` queries sharing each tile-row load: the even partials
-/// (`d mod 16` even) first, folded to `d_0`, then the odd ones to `d_1` (the fold tree
-/// of `dot_finish` splits exactly so: `d_0 = ((p0+p8)+(p4+p12)) + ((p2+p10)+(p6+p14))`),
-/// so only 8 accumulators per query are live (24 for the 3 queries the caller groups:
-/// each tile-row load then serves 3 queries, ~10% faster at N=16 than 2).
+/// Queries per pass of the AVX-512 kernel over one tile: each tile-row load serves 4
+/// queries with 16 accumulators live. The session-5 kernel (3 queries, even/odd halves,
+/// 24 accumulators, one call per tile) took 0.085 ms for 56 queries x 1016 keys in L2,
+/// this one 0.072; 5 queries were no faster, 6 slower (KERNELS.md "Session 7: attn").
+#[cfg(target_arch = "x86_64")]
+const QUERIES_PER_PASS: usize = 4;
+
+/// Tile by tile (a 4 KB tile stays in L1 while every query passes over it), queries in
+/// groups of [`QUERIES_PER_PASS`]; one call for the whole item, so no per-tile call
+/// overhead or `vzeroupper`.
+///
+/// # Safety
+/// AVX-512F and FMA; `q` holds whole rows of `hd`, `kt` every tile up to key
+/// `n_keys - 1`, `out` `(n_q - 1) * stride + n_keys` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn scores_avx512(
+    q: &[f32],
+    hd: usize,
+    kt: &[f32],
+    n_keys: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
+    let n_q = q.len() / hd;
+    for t in 0..n_keys.div_ceil(TILE) {
+        let lanes = (n_keys - t * TILE).min(TILE);
+        let mut a = 0;
+        while a < n_q {
+            let qb = (n_q - a).min(QUERIES_PER_PASS);
+            let args = (
+                q[a * hd..].as_ptr(),
+                hd,
+                kt[t * hd * TILE..].as_ptr(),
+                out[a * stride + t * TILE..].as_mut_ptr(),
+                stride,
+                lanes,
+            );
+            // SAFETY: queries a..a + qb, tile t and their output rows lie within the
+            // extents of this function's contract.
+            unsafe {
+                match qb {
+                    4 => canon_quarters_avx512::<4>(args),
+                    3 => canon_quarters_avx512::<3>(args),
+                    2 => canon_quarters_avx512::<2>(args),
+                    _ => canon_quarters_avx512::<1>(args),
+                }
+            }
+            a += qb;
+        }
+    }
+}
+
+/// The canonical order for `QB` queries sharing each tile-row load, one quarter of the
+/// partials at a time: quarter `r` holds the partials `l = r, r + 4, r + 8, r + 12`
+/// (4 accumulators per query) and folds them to `c_r = (p_r + p_{r+8}) + (p_{r+4} +
+/// p_{r+12})`; the quarters run in the order 0, 2, 1, 3 so that `e_0 = c_0 + c_2` and
+/// `e_1 = c_1 + c_3` form as soon as their halves exist, then `e_0 + e_1` and the tail
+/// fused in order: exactly the additions of `dot_finish`'s fold tree, per lane.
 ///
 /// # Safety
 /// AVX-512F and FMA; `QB` query rows of `hd` at `q`, one tile at `tile`, `QB` output rows
 /// at `stride` with `lanes` (1..=16) writable floats each.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn canon_group_avx512<const QB: usize>(args: BlockArgs) {
+#[inline]
+unsafe fn canon_quarters_avx512<const QB: usize>(args: BlockArgs) {
     use std::arch::x86_64::*;
     let (q, hd, tile, out, stride, lanes) = args;
     let full = hd - hd % 16;
-    // halves[par][a]: d_par of query a.
-    let mut halves = [[_mm512_setzero_ps(); QB]; 2];
+    let zero = _mm512_setzero_ps();
+    // e0[a] = e_0 of query a; s[a]: c_1, then the whole score.
+    let mut e0 = [zero; QB];
+    let mut s = [zero; QB];
     // SAFETY (this block): reads stay in the QB query rows and the tile, stores in the
     // first `lanes` floats of each output row (contract above).
     unsafe {
-        for (par, half) in halves.iter_mut().enumerate() {
-            let mut p = [[_mm512_setzero_ps(); 8]; QB];
+        for (step, r) in QUARTER_ORDER.into_iter().enumerate() {
+            // p[a][i]: partial l = r + 4 i of query a. The quarter's rows follow each
+            // other in the tile (`tile_row`), read front to back.
+            let rows = tile.add(step * (full / 4) * TILE);
+            let mut p = [[zero; 4]; QB];
             let mut c = 0;
             while c < full {
-                for i in 0..8 {
-                    let d = c + 2 * i + par;
-                    let k = _mm512_loadu_ps(tile.add(d * TILE));
+                for i in 0..4 {
+                    let d = c + r + 4 * i;
+                    let k = _mm512_loadu_ps(rows.add((c / 4 + i) * TILE));
                     for (a, p) in p.iter_mut().enumerate() {
                         p[i] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, p[i]);
                     }
                 }
                 c += 16;
             }
-            for (p, half) in p.iter().zip(half.iter_mut()) {
-                // Partial l = 2i + par: b_l = p_l + p_{l+8}, c_l = b_l + b_{l+4},
-                // d_par = c_par + c_{par+2}.
-                let b = [0, 1, 2, 3].map(|i| _mm512_add_ps(p[i], p[i + 4]));
-                let c2 = [0, 1].map(|i| _mm512_add_ps(b[i], b[i + 2]));
-                *half = _mm512_add_ps(c2[0], c2[1]);
+            for (a, p) in p.iter().enumerate() {
+                let cr = _mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3]));
+                match step {
+                    0 => e0[a] = cr,
+                    1 => e0[a] = _mm512_add_ps(e0[a], cr),
+                    2 => s[a] = cr,
+                    _ => s[a] = _mm512_add_ps(e0[a], _mm512_add_ps(s[a], cr)),
+                }
             }
         }
         let mask: __mmask16 = if lanes >= TILE {
@@ -187,13 +247,12 @@ unsafe fn canon_group_avx512<const QB: usize>(args: BlockArgs) {
         } else {
             (1u16 << lanes) - 1
         };
-        for (a, (d0, d1)) in halves[0].iter().zip(&halves[1]).enumerate() {
-            let mut s = _mm512_add_ps(*d0, *d1);
+        for (a, s) in s.iter_mut().enumerate() {
             for d in full..hd {
                 let k = _mm512_loadu_ps(tile.add(d * TILE));
-                s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, s);
+                *s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, *s);
             }
-            _mm512_mask_storeu_ps(out.add(a * stride), mask, s);
+            _mm512_mask_storeu_ps(out.add(a * stride), mask, *s);
         }
     }
 }
@@ -215,9 +274,29 @@ mod tests {
         t
     }
 
-    /// Every ISA equals `dot_f32` (portable) bit for bit, for query counts 1..9 (pairs
-    /// and a single query), key counts with partial tiles, head sizes 64 and ones with
-    /// a tail; output outside `[0, n_keys)` of each row is left alone.
+    /// The tile rows are a permutation of `0..hd` (no element lost or shared), and each
+    /// quarter's rows follow each other in the order the AVX-512 kernel reads them.
+    #[test]
+    fn tile_rows_are_a_permutation_in_reading_order() {
+        for hd in [13usize, 16, 24, 64, 80, 128] {
+            let mut rows: Vec<usize> = (0..hd).map(|d| tile_row(d, hd)).collect();
+            let full = hd - hd % 16;
+            let mut read = Vec::new();
+            for r in QUARTER_ORDER {
+                for c in (0..full).step_by(16) {
+                    read.extend((0..4).map(|i| tile_row(c + r + 4 * i, hd)));
+                }
+            }
+            read.extend((full..hd).map(|d| tile_row(d, hd)));
+            assert_eq!(read, (0..hd).collect::<Vec<_>>(), "hd={hd}");
+            rows.sort_unstable();
+            assert_eq!(rows, (0..hd).collect::<Vec<_>>(), "hd={hd}");
+        }
+    }
+
+    /// Every ISA equals `dot_f32` (portable) bit for bit, for query counts 1..9 (whole
+    /// passes of 4 and every remainder), key counts with partial tiles, head sizes 64 and
+    /// 128 and ones with a tail; output outside `[0, n_keys)` of each row is left alone.
     #[test]
     fn tiled_scores_equal_dot_f32_on_every_isa() {
         use crate::kernels::vector::dot_f32_with_isa;
@@ -228,6 +307,8 @@ mod tests {
             (24, 5, 70),
             (13, 2, 16),
             (64, 1, 1),
+            (64, 4, 33),
+            (128, 8, 50),
         ] {
             let q = rnd(&mut seed, n_q * hd);
             let keys = rnd(&mut seed, n_keys * hd);
