@@ -22,8 +22,10 @@ const Q8_0: u8 = 4;
 const Q4K: u8 = 5;
 const Q6K: u8 = 6;
 
-/// Distance of the software prefetch, in bytes of the weight stream.
-const PREFETCH_AHEAD: usize = 4096;
+/// Distance of the software prefetch, in bytes of the weight stream. With the
+/// per-plane prefetch 8 KB beat 4 KB at N=1 (1.5B -20%, 0.5B -10..-20% one
+/// thread; 12 KB no better; N=8/16 unchanged; KERNELS.md, session 7).
+const PREFETCH_AHEAD: usize = 8192;
 
 /// Software prefetch shared by the AVX2 and AVX-512 kernels. A group's three
 /// planes (codes, high bits, scales) are read at three different rates, so
@@ -34,7 +36,7 @@ const PREFETCH_AHEAD: usize = 4096;
 /// without prefetch: their loads were the hot spots of the N=1 K-quant kernel
 /// (KERNELS.md, session 7). Hardware prefetch alone falls behind when a batch
 /// makes each block's compute long. Into L2 (T1), not L1: on the DRAM-resident
-/// lm_head T1 was ~25% faster than T0 (session 3). Prefetches never fault, so
+/// lm_head T1 was ~25% faster than T0 (session 3; again slower in session 7). Prefetches never fault, so
 /// any address is fine.
 #[derive(Clone, Copy)]
 pub(crate) struct Prefetch {
