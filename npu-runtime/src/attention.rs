@@ -195,7 +195,8 @@ pub fn attention(
         return;
     }
     let isa = detected();
-    let units = n.div_ceil(TOK_BLOCK) * n_head_kv;
+    let n_blocks = n.div_ceil(TOK_BLOCK);
+    let units = n_blocks * n_head_kv;
     // With several threads, at least two items per thread: a worker that joins late
     // (descheduled, or finishing another region) still takes a share, and 3 KV heads
     // split 2:1 no longer leave one thread with double work.
@@ -222,7 +223,10 @@ pub fn attention(
         let hi = n_items * (t + 1) / n_tasks;
         for item in lo..hi {
             let (unit, part) = (item / parts, item % parts);
-            let (blk, g) = (unit / n_head_kv, unit % n_head_kv);
+            // KV-head-major: the token blocks of one KV head follow each other, so its
+            // second pass over K and V (N > TOK_BLOCK) finds them in L2 (one thread) or
+            // runs beside the first on the other core (two), not after the other heads.
+            let (g, blk) = (unit / n_blocks, unit % n_blocks);
             let h0 = g * group + group * part / parts;
             let h1 = g * group + group * (part + 1) / parts;
             let nh = h1 - h0;
