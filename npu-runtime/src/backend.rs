@@ -4,10 +4,13 @@
 
 use crate::attention::{attention, AttnDims, AttnScratch, BatchMask};
 use crate::error::{Result, RuntimeError};
-use crate::kernels::matmul::{matmul_argmax, matmul_multi, ARGMAX_MAX_TOKENS};
+use crate::kernels::matmul::{
+    matmul_argmax, matmul_epilogue, matmul_multi_epilogue, matmul_swiglu, Epilogue,
+    ARGMAX_MAX_TOKENS,
+};
 use crate::kernels::{matmul, MatmulScratch, ThreadPool};
 use crate::kv_cache::KvCache;
-use crate::ops::{add_bias, add_in_place, rms_norm, silu_mul, RopeLayout, RopeTable};
+use crate::ops::{rms_norm, RopeLayout, RopeTable};
 use crate::session::Model;
 use graphs::config::RopeStyle;
 use graphs::ir::{BlockSpec, GraphShape};
@@ -103,12 +106,10 @@ impl CpuBackend {
     }
 }
 
-/// Elements per task when `silu_mul` is split over the pool.
-const SILU_CHUNK: usize = 8192;
-/// Below this many elements `silu_mul` runs inline. Each element costs a libm `expf`
-/// (`expf` + the silu loop were ~6% of a one-thread decode token in `perf`), so even
-/// one token's 4864 elements outweigh a pool hand-off.
-const SILU_INLINE: usize = 1024;
+/// The output write for a projection with an optional bias.
+fn bias(b: &Option<Vec<f32>>) -> Epilogue<'_> {
+    b.as_deref().map_or(Epilogue::Store, Epilogue::Bias)
+}
 
 /// RMS norm of every row of `x` into `out`; rows are split over the pool from four
 /// rows on (fewer are cheaper inline than a pool hand-off).
@@ -130,7 +131,7 @@ struct Buffers {
     v: Vec<f32>,
     attn_bits: Vec<AtomicU32>,
     attn: Vec<f32>,
-    proj: Vec<f32>,
+    /// SwiGLU output (silu(gate) · up), written by one fused gate/up region.
     gate: Vec<f32>,
     up: Vec<f32>,
     mm: MatmulScratch,
@@ -202,7 +203,6 @@ impl Backend for CpuBackend {
             v: vec![0.0; t * kv_dim],
             attn_bits: (0..t * q_dim).map(|_| AtomicU32::new(0)).collect(),
             attn: vec![0.0; t * q_dim],
-            proj: vec![0.0; t * c.n_embd],
             gate: vec![0.0; t * c.n_ff],
             up: vec![0.0; t * c.n_ff],
             mm: MatmulScratch::new(t, max_cols),
@@ -304,20 +304,17 @@ impl CpuBackend {
         for layer in g.block.layers.clone() {
             let lw = &w.layers[layer];
             norm_rows(pool, hidden, &lw.attn_norm, c.rms_eps, &mut b.x_norm[..xe]);
-            // q/k/v read the same normed rows: quantized once, one pool region.
-            matmul_multi(
+            // q/k/v read the same normed rows: quantized once, one pool region, the
+            // biases (qwen2) added by the output write.
+            matmul_multi_epilogue(
                 &[&lw.wq, &lw.wk, &lw.wv],
                 &b.x_norm[..xe],
                 n,
                 &mut [&mut b.q[..xq], &mut b.k[..xkv], &mut b.v[..xkv]],
+                &[bias(&lw.bq), bias(&lw.bk), bias(&lw.bv)],
                 &mut b.mm,
                 pool,
             );
-            if let (Some(bq), Some(bk), Some(bv)) = (&lw.bq, &lw.bk, &lw.bv) {
-                add_bias(&mut b.q[..xq], bq);
-                add_bias(&mut b.k[..xkv], bk);
-                add_bias(&mut b.v[..xkv], bv);
-            }
             for i in 0..n {
                 let pos = io.n_past + io.mask.depth(i);
                 self.rope.apply(&mut b.q[i * q_dim..(i + 1) * q_dim], pos);
@@ -342,38 +339,15 @@ impl CpuBackend {
             for (dst, src) in b.attn[..xq].iter_mut().zip(&b.attn_bits) {
                 *dst = f32::from_bits(src.load(Ordering::Relaxed));
             }
-            matmul(&lw.wo, &b.attn[..xq], n, &mut b.proj[..xe], &mut b.mm, pool);
-            add_in_place(hidden, &b.proj[..xe]);
+            // Residual adds happen in the output write (hidden += x · Wᵀ).
+            let acc = Epilogue::Accumulate;
+            matmul_epilogue(&lw.wo, &b.attn[..xq], n, hidden, acc, &mut b.mm, pool);
             norm_rows(pool, hidden, &lw.ffn_norm, c.rms_eps, &mut b.x_norm[..xe]);
-            matmul_multi(
-                &[&lw.w_gate, &lw.w_up],
-                &b.x_norm[..xe],
-                n,
-                &mut [&mut b.gate[..xf], &mut b.up[..xf]],
-                &mut b.mm,
-                pool,
-            );
-            // Element-wise, so any split gives the same bits; small calls stay inline.
-            let up = &b.up[..xf];
-            let chunk = if xf < SILU_INLINE {
-                xf
-            } else {
-                xf.div_ceil(pool.n_threads())
-                    .next_multiple_of(16)
-                    .min(SILU_CHUNK)
-            };
-            pool.for_each_chunk_mut(&mut b.gate[..xf], chunk, &|i, g| {
-                silu_mul(g, &up[i * chunk..][..g.len()])
-            });
-            matmul(
-                &lw.w_down,
-                &b.gate[..xf],
-                n,
-                &mut b.proj[..xe],
-                &mut b.mm,
-                pool,
-            );
-            add_in_place(hidden, &b.proj[..xe]);
+            // gate, up and silu(gate) · up in one region (no separate silu region).
+            let (wg, wu, xn) = (&lw.w_gate, &lw.w_up, &b.x_norm[..xe]);
+            let (gate, up) = (&mut b.gate[..xf], &mut b.up[..xf]);
+            matmul_swiglu(wg, wu, xn, n, gate, up, &mut b.mm, pool);
+            matmul_epilogue(&lw.w_down, &b.gate[..xf], n, hidden, acc, &mut b.mm, pool);
         }
         if g.block.last {
             let (first_row, rows) = match io.logits_rows {

@@ -27,14 +27,6 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
     }
 }
 
-/// SwiGLU: `gate = silu(gate) * up`, in place on `gate`.
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        let s = *g / (1.0 + (-*g).exp());
-        *g = s * u;
-    }
-}
-
 /// Which dimensions RoPE rotates together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeLayout {

@@ -4,6 +4,7 @@ use super::act::{quantize_parallel, ActFormat, QuantActs};
 use super::ggml::{kernel_supported, GgmlType};
 use super::layout::{decode_tile, dequantize_tile_row, pack_group, Planes, Tile, GROUP};
 use super::pool::ThreadPool;
+use super::silu::silu_mul;
 use super::simd::{detected, Isa};
 use super::{portable, KernelError};
 use std::cell::RefCell;
@@ -254,6 +255,19 @@ pub fn matmul_with_isa(
 /// Most matrices one [`matmul_multi`] call takes.
 pub const MAX_MULTI: usize = 4;
 
+/// What the output write does with each product `p = (x · Wᵀ)[t][r]`: fused here, the
+/// element-wise step after a matmul costs no extra pass over the output, and each
+/// element gets exactly the IEEE operations of the separate step (the same bits).
+#[derive(Clone, Copy, Debug)]
+pub enum Epilogue<'a> {
+    /// `out = p`.
+    Store,
+    /// `out = p + bias[r]` (one bias per output feature, as `ops::add_bias`).
+    Bias(&'a [f32]),
+    /// `out = out + p` (a residual add, as `ops::add_in_place`).
+    Accumulate,
+}
+
 /// `outs[i] = x · ws[i]ᵀ` for matrices that read the same input (q/k/v, gate/up):
 /// the input is quantized once per activation format and all products run in one
 /// pool region (one hand-off instead of one per matrix). Each output is
@@ -279,12 +293,60 @@ pub fn matmul_multi_with_isa(
     scratch: &mut MatmulScratch,
     pool: &ThreadPool,
 ) {
+    let store = [Epilogue::Store; MAX_MULTI];
+    let epis = &store[..ws.len().min(MAX_MULTI)];
+    matmul_multi_epilogue_with_isa(isa, ws, x, n_tokens, outs, epis, scratch, pool)
+}
+
+/// [`matmul`] with an [`Epilogue`] applied to every output element.
+pub fn matmul_epilogue(
+    w: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    epi: Epilogue,
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
+    let isa = detected();
+    matmul_multi_epilogue_with_isa(isa, &[w], x, n_tokens, &mut [out], &[epi], scratch, pool)
+}
+
+/// [`matmul_multi`] with an [`Epilogue`] per matrix.
+pub fn matmul_multi_epilogue(
+    ws: &[&QMatrix],
+    x: &[f32],
+    n_tokens: usize,
+    outs: &mut [&mut [f32]],
+    epis: &[Epilogue],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
+    let isa = detected();
+    matmul_multi_epilogue_with_isa(isa, ws, x, n_tokens, outs, epis, scratch, pool)
+}
+
+/// [`matmul_multi_epilogue`] on a given ISA (falls back to portable if this CPU lacks it).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_multi_epilogue_with_isa(
+    isa: Isa,
+    ws: &[&QMatrix],
+    x: &[f32],
+    n_tokens: usize,
+    outs: &mut [&mut [f32]],
+    epis: &[Epilogue],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
     assert!(
-        !ws.is_empty() && ws.len() <= MAX_MULTI && ws.len() == outs.len(),
-        "matmul_multi: 1..={MAX_MULTI} matrices, one output each"
+        !ws.is_empty() && ws.len() <= MAX_MULTI && ws.len() == outs.len() && ws.len() == epis.len(),
+        "matmul_multi: 1..={MAX_MULTI} matrices, one output and epilogue each"
     );
-    for (w, out) in ws.iter().zip(outs.iter()) {
+    for ((w, out), epi) in ws.iter().zip(outs.iter()).zip(epis) {
         check_args(w, x, n_tokens, out);
+        if let Epilogue::Bias(b) = epi {
+            assert_eq!(b.len(), w.rows, "matmul: one bias per output row");
+        }
     }
     let Some((isa, tasks, pooled)) = prepare(isa, ws, x, n_tokens, scratch, pool) else {
         return;
@@ -298,30 +360,11 @@ pub fn matmul_multi_with_isa(
     let acts = &scratch.acts;
     // Runs task `j` of matrix `m`: an even share of its row groups.
     let run_part = |m: usize, j: usize| {
-        let w = ws[m];
-        let k = Kernel::new(w, n_tokens);
-        let n_groups = w.rows.div_ceil(GROUP);
+        let n_groups = ws[m].rows.div_ceil(GROUP);
         let (g0, g1) = (j * n_groups / tasks[m], (j + 1) * n_groups / tasks[m]);
-        let (rows, out_ptr) = (w.rows, outs_ptr[m]);
-        let write = move |t: usize, g: usize, acc: &[f32; GROUP]| {
-            let r0 = g * GROUP;
-            let n = GROUP.min(rows - r0);
-            // SAFETY: t < n_tokens and r0 + n <= rows, so the range lies inside
-            // `outs[m]` (length n_tokens * rows, checked above). Group g of matrix m
-            // belongs to exactly one task and each (t, g) is written once, so writes
-            // from different threads never overlap, and every output is exclusively
-            // borrowed for the duration of this call.
-            unsafe {
-                let dst = std::slice::from_raw_parts_mut(out_ptr.get().add(t * rows + r0), n);
-                // A fixed-size copy for full groups (inline vector moves, not a memmove call).
-                match <&mut [f32; GROUP]>::try_from(&mut *dst) {
-                    Ok(full) => *full = *acc,
-                    Err(_) => dst.copy_from_slice(&acc[..n]),
-                }
-            }
-        };
-        let a = &acts[ActFormat::for_weights(w.ty).index()];
-        run_isa(isa, &k, a, x, g0, g1, &write);
+        // SAFETY: outs_ptr[m] is outs[m] (checked n_tokens x rows, exclusively
+        // borrowed for this call); task j of matrix m is the only writer of groups g0..g1.
+        unsafe { run_groups(isa, ws[m], acts, x, n_tokens, g0, g1, outs_ptr[m], epis[m]) };
     };
     if !pooled {
         return (0..ws.len()).for_each(|m| run_part(m, 0));
@@ -335,6 +378,162 @@ pub fn matmul_multi_with_isa(
         }
         run_part(m, j);
     });
+}
+
+/// SwiGLU in one pool region: `out = silu(x · w_gateᵀ) · (x · w_upᵀ)`, with `up`
+/// (as large as `out`) left holding the up products. Each task computes a range of
+/// row groups of both matrices, then `silu::silu_mul` over that range of every token
+/// while it is still in cache: no separate silu region, and the bits of `matmul`
+/// gate, `matmul` up, then `silu_mul`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_swiglu(
+    w_gate: &QMatrix,
+    w_up: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    up: &mut [f32],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
+    matmul_swiglu_with_isa(
+        detected(),
+        w_gate,
+        w_up,
+        x,
+        n_tokens,
+        out,
+        up,
+        scratch,
+        pool,
+    )
+}
+
+/// [`matmul_swiglu`] on a given ISA (falls back to portable if this CPU lacks it).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_swiglu_with_isa(
+    isa: Isa,
+    w_gate: &QMatrix,
+    w_up: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    up: &mut [f32],
+    scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
+) {
+    assert_eq!(
+        (w_gate.rows, w_gate.cols),
+        (w_up.rows, w_up.cols),
+        "matmul_swiglu: gate and up must have one shape"
+    );
+    check_args(w_gate, x, n_tokens, out);
+    check_args(w_up, x, n_tokens, up);
+    let ws = [w_gate, w_up];
+    let Some((isa, tasks, pooled)) = prepare(isa, &ws, x, n_tokens, scratch, pool) else {
+        return;
+    };
+    let rows = w_gate.rows;
+    let n_groups = rows.div_ceil(GROUP);
+    // As many tasks as the two matrices would get apart, each over both.
+    let n_tasks = if pooled {
+        (tasks[0] + tasks[1]).min(n_groups)
+    } else {
+        1
+    };
+    let acts = &scratch.acts;
+    let (out_ptr, up_ptr) = (SendPtr(out.as_mut_ptr()), SendPtr(up.as_mut_ptr()));
+    let run_part = |j: usize| {
+        let (g0, g1) = (j * n_groups / n_tasks, (j + 1) * n_groups / n_tasks);
+        let (r0, r1) = (g0 * GROUP, (g1 * GROUP).min(rows));
+        // SAFETY: `out` and `up` are n_tokens x rows (checked) and exclusively
+        // borrowed; task j is the only one touching rows r0..r1 (groups g0..g1) of
+        // either, so its slices below alias nothing another task uses.
+        unsafe {
+            run_groups(
+                isa,
+                w_gate,
+                acts,
+                x,
+                n_tokens,
+                g0,
+                g1,
+                out_ptr,
+                Epilogue::Store,
+            );
+            run_groups(
+                isa,
+                w_up,
+                acts,
+                x,
+                n_tokens,
+                g0,
+                g1,
+                up_ptr,
+                Epilogue::Store,
+            );
+            for t in 0..n_tokens {
+                let at = t * rows + r0;
+                let o = std::slice::from_raw_parts_mut(out_ptr.get().add(at), r1 - r0);
+                let u = std::slice::from_raw_parts(up_ptr.get().add(at), r1 - r0);
+                silu_mul(o, u);
+            }
+        }
+    };
+    if pooled {
+        pool.parallel_for(n_tasks, &run_part);
+    } else {
+        run_part(0);
+    }
+}
+
+/// Computes row groups `g0..g1` of `w` for every token and writes them into `out`
+/// through `epi`.
+///
+/// # Safety
+/// `isa` is supported; `out` points to `n_tokens * w.rows` floats that nobody else
+/// reads or writes in rows of groups `g0..g1` during the call; `acts` holds `x`
+/// quantized for `w`'s activation format.
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_groups(
+    isa: Isa,
+    w: &QMatrix,
+    acts: &[QuantActs; ActFormat::COUNT],
+    x: &[f32],
+    n_tokens: usize,
+    g0: usize,
+    g1: usize,
+    out: SendPtr,
+    epi: Epilogue,
+) {
+    let k = Kernel::new(w, n_tokens);
+    let rows = w.rows;
+    let write = move |t: usize, g: usize, acc: &[f32; GROUP]| {
+        let r0 = g * GROUP;
+        let n = GROUP.min(rows - r0);
+        // SAFETY: t < n_tokens and r0 + n <= rows, so the range lies inside `out`,
+        // which only this call touches in group g (see the function's contract).
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(t * rows + r0), n) };
+        match epi {
+            // A fixed-size copy for full groups (inline vector moves, not a memmove call).
+            Epilogue::Store => match <&mut [f32; GROUP]>::try_from(&mut *dst) {
+                Ok(full) => *full = *acc,
+                Err(_) => dst.copy_from_slice(&acc[..n]),
+            },
+            Epilogue::Bias(b) => {
+                for ((d, &a), &b) in dst.iter_mut().zip(acc).zip(&b[r0..r0 + n]) {
+                    *d = a + b;
+                }
+            }
+            Epilogue::Accumulate => {
+                for (d, &a) in dst.iter_mut().zip(acc) {
+                    *d += a;
+                }
+            }
+        }
+    };
+    let a = &acts[ActFormat::for_weights(w.ty).index()];
+    run_isa(isa, &k, a, x, g0, g1, &write);
 }
 
 /// Most tokens one [`matmul_argmax`] call takes (each task keeps a running
@@ -672,6 +871,130 @@ mod tests {
                             assert_eq!(bits(g), bits(w), "{isa:?} n={n} k={k} t={threads}");
                             assert_within_quantization_bound(m, &x, n, g);
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
+    }
+
+    /// Every epilogue, alone and mixed in one `matmul_multi` region, gives the bits of
+    /// the plain `matmul` followed by the separate element-wise op (`ops::add_bias`,
+    /// `ops::add_in_place`): every format, a partial last group,
+    /// 1-3 threads, tiny (inline) and pooled calls, every ISA.
+    #[test]
+    fn epilogues_equal_the_unfused_sequence() {
+        use crate::ops::{add_bias, add_in_place};
+        let mut seed = 41;
+        let (rows, cols) = (200 + 5, 256);
+        for ty in crate::kernels::ggml::QUANT_TYPES {
+            let w = random_matrix(ty, rows, cols, &mut seed);
+            let bias: Vec<f32> = uniform(&mut seed, rows);
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads);
+                for n in [1usize, 5, 16] {
+                    let mut scratch = MatmulScratch::new(n, cols);
+                    let x = uniform(&mut seed, n * cols);
+                    let init: Vec<f32> = uniform(&mut seed, n * rows)
+                        .iter()
+                        .map(|v| v * 12.0)
+                        .collect();
+                    for isa in Isa::available() {
+                        let mut p = vec![0f32; n * rows];
+                        matmul_with_isa(isa, &w, &x, n, &mut p, &mut scratch, &pool);
+                        let mut with_bias = p.clone();
+                        add_bias(&mut with_bias, &bias);
+                        let mut accumulated = init.clone();
+                        add_in_place(&mut accumulated, &p);
+                        let cases = [
+                            (Epilogue::Store, &p),
+                            (Epilogue::Bias(&bias), &with_bias),
+                            (Epilogue::Accumulate, &accumulated),
+                        ];
+                        let what = format!("{ty:?} {isa:?} n={n} t={threads}");
+                        for (epi, want) in cases {
+                            let mut got = init.clone();
+                            matmul_multi_epilogue_with_isa(
+                                isa,
+                                &[&w],
+                                &x,
+                                n,
+                                &mut [&mut got],
+                                &[epi],
+                                &mut scratch,
+                                &pool,
+                            );
+                            assert_eq!(bits(&got), bits(want), "{epi:?} {what}");
+                        }
+                        // All of them in one region (one matrix, one output each).
+                        let mut got: Vec<Vec<f32>> = (0..3).map(|_| init.clone()).collect();
+                        let mut outs: Vec<&mut [f32]> =
+                            got.iter_mut().map(|o| o.as_mut_slice()).collect();
+                        let epis = cases.map(|c| c.0);
+                        let ws = [&w; 3];
+                        matmul_multi_epilogue_with_isa(
+                            isa,
+                            &ws,
+                            &x,
+                            n,
+                            &mut outs,
+                            &epis,
+                            &mut scratch,
+                            &pool,
+                        );
+                        for (g, (epi, want)) in got.iter().zip(cases) {
+                            assert_eq!(bits(g), bits(want), "multi {epi:?} {what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `matmul_swiglu` equals gate and up products followed by `silu_mul`, bit for
+    /// bit: mixed formats (two activation formats), a partial last group, more tasks
+    /// than threads, every batch size up to 17, every ISA.
+    #[test]
+    fn swiglu_equals_gate_up_then_silu_mul() {
+        use crate::kernels::silu::silu_mul;
+        let mut seed = 43;
+        let (rows, cols) = (16 * 21 + 3, 512);
+        let pairs = [
+            (GgmlType::Q4K, GgmlType::Q6K),
+            (GgmlType::Q5_0, GgmlType::Q8_0),
+            (GgmlType::Q4_1, GgmlType::Q4_1),
+        ];
+        for (tg, tu) in pairs {
+            let wg = random_matrix(tg, rows, cols, &mut seed);
+            let wu = random_matrix(tu, rows, cols, &mut seed);
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads);
+                let mut scratch = MatmulScratch::new(17, cols);
+                for n in 1..=17 {
+                    // Large inputs so the gate products reach silu's both tails.
+                    let x: Vec<f32> = uniform(&mut seed, n * cols)
+                        .iter()
+                        .map(|v| v * 40.0)
+                        .collect();
+                    for isa in Isa::available() {
+                        let mut want = vec![0f32; n * rows];
+                        let mut up = vec![0f32; n * rows];
+                        matmul_with_isa(isa, &wg, &x, n, &mut want, &mut scratch, &pool);
+                        matmul_with_isa(isa, &wu, &x, n, &mut up, &mut scratch, &pool);
+                        silu_mul(&mut want, &up);
+                        let mut got = vec![f32::NAN; n * rows];
+                        let mut got_up = vec![f32::NAN; n * rows];
+                        let (g, u) = (&mut got, &mut got_up);
+                        matmul_swiglu_with_isa(isa, &wg, &wu, &x, n, g, u, &mut scratch, &pool);
+                        assert_eq!(bits(&got_up), bits(&up), "up products");
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{tg:?}/{tu:?} {isa:?} n={n} t={threads}"
+                        );
                     }
                 }
             }
