@@ -4,7 +4,7 @@ use super::act::{quantize_parallel, ActFormat, QuantActs};
 use super::ggml::{kernel_supported, GgmlType};
 use super::layout::{decode_tile, dequantize_tile_row, pack_group, Planes, Tile, GROUP};
 use super::pool::ThreadPool;
-use super::silu::silu_mul;
+use super::silu::silu_mul_unchecked;
 use super::simd::{detected, Isa};
 use super::{portable, KernelError};
 use std::cell::RefCell;
@@ -384,7 +384,8 @@ pub fn matmul_multi_epilogue_with_isa(
 /// (as large as `out`) left holding the up products. Each task computes a range of
 /// row groups of both matrices, then `silu::silu_mul` over that range of every token
 /// while it is still in cache: no separate silu region, and the bits of `matmul`
-/// gate, `matmul` up, then `silu_mul`.
+/// gate, `matmul` up, then `silu_mul`. (Not a silu per group in the output write:
+/// 16 lanes at a time, a vector silu is latency-bound, KERNELS.md Session 7.)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_swiglu(
     w_gate: &QMatrix,
@@ -448,7 +449,8 @@ pub fn matmul_swiglu_with_isa(
         let (r0, r1) = (g0 * GROUP, (g1 * GROUP).min(rows));
         // SAFETY: `out` and `up` are n_tokens x rows (checked) and exclusively
         // borrowed; task j is the only one touching rows r0..r1 (groups g0..g1) of
-        // either, so its slices below alias nothing another task uses.
+        // either, so its slices below alias nothing another task uses; `isa` is
+        // supported (from `prepare`).
         unsafe {
             run_groups(
                 isa,
@@ -476,7 +478,7 @@ pub fn matmul_swiglu_with_isa(
                 let at = t * rows + r0;
                 let o = std::slice::from_raw_parts_mut(out_ptr.get().add(at), r1 - r0);
                 let u = std::slice::from_raw_parts(up_ptr.get().add(at), r1 - r0);
-                silu_mul(o, u);
+                silu_mul_unchecked(isa, o, u);
             }
         }
     };
@@ -959,7 +961,7 @@ mod tests {
     /// than threads, every batch size up to 17, every ISA.
     #[test]
     fn swiglu_equals_gate_up_then_silu_mul() {
-        use crate::kernels::silu::silu_mul;
+        use crate::kernels::silu::silu_mul_with_isa;
         let mut seed = 43;
         let (rows, cols) = (16 * 21 + 3, 512);
         let pairs = [
@@ -984,7 +986,7 @@ mod tests {
                         let mut up = vec![0f32; n * rows];
                         matmul_with_isa(isa, &wg, &x, n, &mut want, &mut scratch, &pool);
                         matmul_with_isa(isa, &wu, &x, n, &mut up, &mut scratch, &pool);
-                        silu_mul(&mut want, &up);
+                        silu_mul_with_isa(Isa::Portable, &mut want, &up);
                         let mut got = vec![f32::NAN; n * rows];
                         let mut got_up = vec![f32::NAN; n * rows];
                         let (g, u) = (&mut got, &mut got_up);
