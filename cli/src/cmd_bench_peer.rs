@@ -56,7 +56,10 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(t) = &args.requant {
         files.push(requantized(&args, &base, t)?);
     }
-    let bw = read_bandwidth_gbs(args.threads);
+    // Re-probed before every round: a probe that lands in a busy moment of the shared host
+    // reads low (24-50 GB/s within one hour here), and the floor is the best the machine gives.
+    let mut bw = read_bandwidth_gbs(args.threads);
+    let mut bw_probes = 1;
     eprintln!(
         "memory read bandwidth ({} threads): {bw:.1} GB/s",
         args.threads
@@ -73,16 +76,21 @@ pub fn run(args: Args) -> Result<()> {
     eprintln!("{peak_text}");
 
     let mut results = Vec::new();
+    let mut measured = Vec::new();
+    for file in &files {
+        let (ours, peer) = measure_pair(&args, file, &mut bw, &mut bw_probes)?;
+        measured.push((file, ours, peer));
+    }
     let mut body = format!(
         "Both engines on the same file with {} threads, back to back: {} alternating rounds \
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
          repetitions. llama.cpp is llama-cpp-python 0.3.36 (built from source with \
          GGML_NATIVE) in a virtualenv outside the repo. Memory read bandwidth measured in \
-         this run: {bw:.1} GB/s; {peak_text}.\n\n",
+         this run: {bw:.1} GB/s (best of {bw_probes} probes, one before every round); \
+         {peak_text}.\n\n",
         args.threads, args.rounds, args.reps
     );
-    for file in &files {
-        let (ours, peer) = measure_pair(&args, file)?;
+    for (file, ours, peer) in measured {
         let floors = Floors::of(file, bw, peak)?;
         body.push_str(&table(file, &ours, &peer, &floors));
         results.push(json!({
@@ -159,8 +167,14 @@ fn requantized(args: &Args, base: &Path, ty: &str) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Alternating rounds; returns each engine's best figures.
-fn measure_pair(args: &Args, file: &Path) -> Result<(Value, Value)> {
+/// Alternating rounds; returns each engine's best figures. Probes the bandwidth before
+/// each round, keeping the best figure in `bw`.
+fn measure_pair(
+    args: &Args,
+    file: &Path,
+    bw: &mut f64,
+    bw_probes: &mut usize,
+) -> Result<(Value, Value)> {
     let (mut ours, mut peer) = (None, None);
     let exe = std::env::current_exe().context("locating the rag binary")?;
     let common = [
@@ -176,6 +190,8 @@ fn measure_pair(args: &Args, file: &Path) -> Result<(Value, Value)> {
             round + 1,
             args.rounds
         );
+        *bw = bw.max(read_bandwidth_gbs(args.threads));
+        *bw_probes += 1;
         let mut cmd = Command::new(&exe);
         cmd.args(["bench", "model", "--json", "--no-report", "--model"])
             .arg(file)
