@@ -7,7 +7,6 @@ use super::pool::ThreadPool;
 use super::silu::silu_mul_unchecked;
 use super::simd::{detected, Isa};
 use super::{portable, KernelError};
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Clone, Copy)]
@@ -509,33 +508,115 @@ unsafe fn run_groups(
     epi: Epilogue,
 ) {
     let k = Kernel::new(w, n_tokens);
-    let rows = w.rows;
-    let write = move |t: usize, g: usize, acc: &[f32; GROUP]| {
+    let op = match epi {
+        Epilogue::Store => OutOp::Store,
+        Epilogue::Bias(b) => OutOp::Bias(b.as_ptr()),
+        Epilogue::Accumulate => OutOp::Accumulate,
+    };
+    let o = Output {
+        dst: out.get(),
+        stride: w.rows,
+        rows: w.rows,
+        op,
+    };
+    let a = &acts[ActFormat::for_weights(w.ty).index()];
+    // SAFETY: `o` addresses `out` (n_tokens x rows, ours in groups g0..g1) and, for a
+    // bias, `rows` floats (checked by the caller); `isa` is supported.
+    unsafe { run_isa(isa, &k, a, x, g0, g1, &o) };
+}
+
+/// Where and how a kernel writes its products `p[t][r]` (token t, row r < `rows`):
+/// the kernels apply it with their own vector instructions right from the
+/// accumulator register (one 64-byte store per full group on AVX-512), so there is
+/// no callback, stack copy or `memcpy` call per (token, group). Every element gets
+/// exactly the IEEE operation of the separate step (`p`, `p + bias[r]`, `out + p`),
+/// so the bits are those of [`Epilogue`]'s definition.
+#[derive(Clone, Copy)]
+pub(crate) struct Output {
+    /// Row 0 of token 0 (`Argmax`: the per-lane best values, `GROUP` per token).
+    pub dst: *mut f32,
+    /// Floats between two tokens' outputs (`Argmax`: `GROUP`).
+    pub stride: usize,
+    /// Rows of the matrix: a last group with fewer is partial.
+    pub rows: usize,
+    pub op: OutOp,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum OutOp {
+    /// `out = p`.
+    Store,
+    /// `out = p + bias[r]` (`rows` floats).
+    Bias(*const f32),
+    /// `out = out + p`.
+    Accumulate,
+    /// The argmax head's running per-lane maximum ([`portable::lane_best`]): `dst`
+    /// holds each token's `GROUP` best values, this pointer their `GROUP` groups.
+    Argmax(*mut u32),
+}
+
+impl Output {
+    /// Whether group `g` has all `GROUP` rows (only a last group may not).
+    #[inline(always)]
+    pub fn full(&self, g: usize) -> bool {
+        g * GROUP + GROUP <= self.rows
+    }
+
+    /// Where token `t`'s group `g` goes.
+    ///
+    /// # Safety
+    /// `t` and `g` are a token and group of the kernel call `self` was made for.
+    #[inline(always)]
+    pub unsafe fn at(&self, t: usize, g: usize) -> *mut f32 {
+        let at = match self.op {
+            OutOp::Argmax(_) => t * GROUP,
+            _ => t * self.stride + g * GROUP,
+        };
+        // SAFETY: inside the output (the caller's contract and `run_groups`').
+        unsafe { self.dst.add(at) }
+    }
+
+    /// Applies the output to token `t`'s group `g` from an array: the portable
+    /// kernel's path and the SIMD kernels' path for a partial last group (whose
+    /// rows past `rows` are dropped; for `Argmax` they are -inf, so never win).
+    ///
+    /// # Safety
+    /// As [`Output::at`], and `self` addresses memory that only this task uses in
+    /// group `g` (see `run_groups`).
+    #[inline(never)]
+    pub unsafe fn put(&self, t: usize, g: usize, acc: &[f32; GROUP]) {
         let r0 = g * GROUP;
-        let n = GROUP.min(rows - r0);
-        // SAFETY: t < n_tokens and r0 + n <= rows, so the range lies inside `out`,
-        // which only this call touches in group g (see the function's contract).
-        let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(t * rows + r0), n) };
-        match epi {
-            // A fixed-size copy for full groups (inline vector moves, not a memmove call).
-            Epilogue::Store => match <&mut [f32; GROUP]>::try_from(&mut *dst) {
-                Ok(full) => *full = *acc,
-                Err(_) => dst.copy_from_slice(&acc[..n]),
-            },
-            Epilogue::Bias(b) => {
-                for ((d, &a), &b) in dst.iter_mut().zip(acc).zip(&b[r0..r0 + n]) {
-                    *d = a + b;
+        let n = GROUP.min(self.rows - r0);
+        // SAFETY: (all) `at` is inside the output and the next `n` rows are this
+        // group's (`GROUP` lanes for argmax); a bias holds `rows` floats.
+        unsafe {
+            let p = self.at(t, g);
+            match self.op {
+                OutOp::Store => {
+                    for (i, &a) in acc[..n].iter().enumerate() {
+                        *p.add(i) = a;
+                    }
                 }
-            }
-            Epilogue::Accumulate => {
-                for (d, &a) in dst.iter_mut().zip(acc) {
-                    *d += a;
+                OutOp::Bias(b) => {
+                    for (i, &a) in acc[..n].iter().enumerate() {
+                        *p.add(i) = a + *b.add(r0 + i);
+                    }
+                }
+                OutOp::Accumulate => {
+                    for (i, &a) in acc[..n].iter().enumerate() {
+                        *p.add(i) += a;
+                    }
+                }
+                OutOp::Argmax(gi) => {
+                    let mut a = [f32::NEG_INFINITY; GROUP];
+                    a[..n].copy_from_slice(&acc[..n]);
+                    let best = &mut *p.cast::<[f32; GROUP]>();
+                    let group = &mut *gi.add(t * GROUP).cast::<[u32; GROUP]>();
+                    portable::lane_best(best, group, &a, g as u32);
                 }
             }
         }
-    };
-    let a = &acts[ActFormat::for_weights(w.ty).index()];
-    run_isa(isa, &k, a, x, g0, g1, &write);
+    }
 }
 
 /// Most tokens one [`matmul_argmax`] call takes (each task keeps a running
@@ -605,29 +686,22 @@ pub fn matmul_argmax_with_isa(
         let k = Kernel::new(w, n_tokens);
         let n_groups = w.rows.div_ceil(GROUP);
         let (g0, g1) = (j * n_groups / tasks[0], (j + 1) * n_groups / tasks[0]);
-        let lanes = RefCell::new(LaneBest {
+        let mut l = LaneBest {
             v: [[f32::NEG_INFINITY; GROUP]; ARGMAX_MAX_TOKENS],
             g: [[0; GROUP]; ARGMAX_MAX_TOKENS],
-        });
-        let rows = w.rows;
+        };
         // The kernels visit a task's groups in ascending order for every token, so a
         // strict `>` per lane keeps each lane's first (lowest-row) maximum.
-        let write = |t: usize, g: usize, acc: &[f32; GROUP]| {
-            let mut l = lanes.borrow_mut();
-            let l = &mut *l;
-            let (bv, bg) = (&mut l.v[t], &mut l.g[t]);
-            let n = GROUP.min(rows - g * GROUP);
-            if n < GROUP {
-                // A partial last group: its padding lanes must not win.
-                let mut a = [f32::NEG_INFINITY; GROUP];
-                a[..n].copy_from_slice(&acc[..n]);
-                return portable::lane_best(bv, bg, &a, g as u32);
-            }
-            lane_best(isa, bv, bg, acc, g as u32);
+        let o = Output {
+            dst: l.v.as_mut_ptr().cast(),
+            stride: GROUP,
+            rows: w.rows,
+            op: OutOp::Argmax(l.g.as_mut_ptr().cast()),
         };
         let a = &acts[ActFormat::for_weights(w.ty).index()];
-        run_isa(isa, &k, a, x, g0, g1, &write);
-        let l = lanes.into_inner();
+        // SAFETY: `o` addresses this task's own `l`, `GROUP` lanes per token for
+        // n_tokens <= ARGMAX_MAX_TOKENS tokens; `isa` is supported.
+        unsafe { run_isa(isa, &k, a, x, g0, g1, &o) };
         for (t, b) in best[..n_tokens].iter().enumerate() {
             let (mut bv, mut brow) = (f32::NEG_INFINITY, usize::MAX);
             for i in 0..GROUP {
@@ -714,43 +788,30 @@ fn prepare(
     Some((isa, tasks, budget > 0))
 }
 
-/// [`portable::lane_best`] on `isa` (same results on every ISA).
-fn lane_best(
-    isa: Isa,
-    best: &mut [f32; GROUP],
-    group: &mut [u32; GROUP],
-    acc: &[f32; GROUP],
-    g: u32,
-) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `prepare` only returns an ISA this CPU supports.
-        Isa::Avx512Vnni => unsafe { super::x86_avx512::lane_best(best, group, acc, g) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above, for AVX2.
-        Isa::Avx2 => unsafe { super::x86_avx2::lane_best(best, group, acc, g) },
-        _ => portable::lane_best(best, group, acc, g),
-    }
-}
-
-fn run_isa(
+/// Runs the kernel of `isa` on groups `g0..g1`, writing through `out`.
+///
+/// # Safety
+/// `isa` is supported; `out` is valid for the call's tokens and groups `g0..g1`
+/// and nobody else uses those parts of it during the call (see [`Output::put`]).
+unsafe fn run_isa(
     isa: Isa,
     k: &Kernel,
     acts: &QuantActs,
     x: &[f32],
     g0: usize,
     g1: usize,
-    write: &dyn Fn(usize, usize, &[f32; GROUP]),
+    out: &Output,
 ) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `matmul_with_isa` only passes an ISA this CPU supports, and the
-        // activations were quantized for this call's tokens and columns.
-        Isa::Avx512Vnni => unsafe { super::x86_avx512::run(k, acts, x, g0, g1, write) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above, for AVX2.
-        Isa::Avx2 => unsafe { super::x86_avx2::run(k, acts, x, g0, g1, write) },
-        _ => portable::run(k, acts, x, g0, g1, write),
+    // SAFETY (all arms): the caller's contract; the activations were quantized for
+    // this call's tokens and columns.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => super::x86_avx512::run(k, acts, x, g0, g1, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => super::x86_avx2::run(k, acts, x, g0, g1, out),
+            _ => portable::run(k, acts, x, g0, g1, out),
+        }
     }
 }
 

@@ -20,9 +20,10 @@
 
 use super::act::QuantActs;
 use super::layout::{decode_tile, zero_point, Tile, GROUP};
-use super::matmul::Kernel;
+use super::matmul::{Kernel, Output};
 use super::GgmlType;
 use half::f16;
+use std::mem::MaybeUninit;
 
 /// Tokens whose accumulators are live at once.
 pub(crate) const TCHUNK: usize = 64;
@@ -31,28 +32,44 @@ pub(crate) fn has_min(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K)
 }
 
-/// Compute groups `g0..g1` for all tokens; `write(t, g, &acc)` stores results.
-pub(crate) fn run(
+/// `buf` set to `v` everywhere and returned as initialised. The kernels keep
+/// `TCHUNK` accumulators but a call uses `min(n_tokens, TCHUNK)` of them: only
+/// those are written (a `[v; TCHUNK]` array was a 4-8 KB `memset` per call).
+#[inline(always)]
+pub(crate) fn filled<T: Copy>(buf: &mut [MaybeUninit<T>], v: T) -> &mut [T] {
+    for b in buf.iter_mut() {
+        b.write(v);
+    }
+    // SAFETY: every element was just initialised, and `MaybeUninit<T>` has the
+    // layout of `T`.
+    unsafe { &mut *(buf as *mut [MaybeUninit<T>] as *mut [T]) }
+}
+
+/// Compute groups `g0..g1` for all tokens, writing them through `out`.
+///
+/// # Safety
+/// `out` is valid for `k.n_tokens` tokens and groups `g0..g1`, and nobody else
+/// uses those parts of it during the call ([`Output::put`]).
+pub(crate) unsafe fn run(
     k: &Kernel,
     acts: &QuantActs,
     x: &[f32],
     g0: usize,
     g1: usize,
-    write: &dyn Fn(usize, usize, &[f32; GROUP]),
+    out: &Output,
 ) {
-    match k.ty {
-        GgmlType::F32 | GgmlType::F16 => run_float(k, x, g0, g1, write),
-        _ => run_quant(k, acts, g0, g1, write),
+    // SAFETY: the caller's contract.
+    unsafe {
+        match k.ty {
+            GgmlType::F32 | GgmlType::F16 => run_float(k, x, g0, g1, out),
+            _ => run_quant(k, acts, g0, g1, out),
+        }
     }
 }
 
-fn run_quant(
-    k: &Kernel,
-    acts: &QuantActs,
-    g0: usize,
-    g1: usize,
-    write: &dyn Fn(usize, usize, &[f32; GROUP]),
-) {
+/// # Safety
+/// As [`run`].
+unsafe fn run_quant(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, out: &Output) {
     let nb = k.cols / 32;
     let z = zero_point(k.ty);
     let kq = matches!(k.ty, GgmlType::Q4K | GgmlType::Q6K);
@@ -119,19 +136,16 @@ fn run_quant(
                 }
             }
             for (dt, acc) in acc[..nt].iter().enumerate() {
-                write(t0 + dt, g, acc);
+                // SAFETY: token t0 + dt and group g of this call (the contract).
+                unsafe { out.put(t0 + dt, g, acc) };
             }
         }
     }
 }
 
-fn run_float(
-    k: &Kernel,
-    x: &[f32],
-    g0: usize,
-    g1: usize,
-    write: &dyn Fn(usize, usize, &[f32; GROUP]),
-) {
+/// # Safety
+/// As [`run`].
+unsafe fn run_float(k: &Kernel, x: &[f32], g0: usize, g1: usize, out: &Output) {
     let es = if k.ty == GgmlType::F32 { 4 } else { 2 };
     for g in g0..g1 {
         let group = k.group(g);
@@ -149,7 +163,8 @@ fn run_float(
                     *acc = w.mul_add(*xv, *acc);
                 }
             }
-            write(t, g, &acc);
+            // SAFETY: token t and group g of this call (the contract).
+            unsafe { out.put(t, g, &acc) };
         }
     }
 }

@@ -10,9 +10,10 @@ use std::arch::x86_64::*;
 use super::act::QuantActs;
 use super::ggml::QUANT_TYPES;
 use super::layout::{block_plane_bytes, zero_point, Planes, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
-use super::matmul::Kernel;
-use super::portable::TCHUNK;
+use super::matmul::{Kernel, OutOp, Output};
+use super::portable::{filled, TCHUNK};
 use super::GgmlType;
+use std::mem::MaybeUninit;
 
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
@@ -98,14 +99,15 @@ impl Prefetch {
     }
 }
 
-type Write<'a> = &'a dyn Fn(usize, usize, &[f32; GROUP]);
+type Write<'a> = &'a Output;
 
-/// Compute groups `g0..g1` for all tokens.
+/// Compute groups `g0..g1` for all tokens, writing them through `write`.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2.is_supported()`);
 /// `acts` must hold the quantized activations of `k.n_tokens` tokens of
-/// `k.cols` columns and `x` the f32 ones.
+/// `k.cols` columns and `x` the f32 ones; `write` is valid for those tokens and
+/// groups `g0..g1`, used by nobody else meanwhile (`Output::put`).
 pub(crate) unsafe fn run(
     k: &Kernel,
     acts: &QuantActs,
@@ -132,6 +134,64 @@ pub(crate) unsafe fn run(
 
 fn fmt_type(f: u8) -> GgmlType {
     QUANT_TYPES[f as usize]
+}
+
+/// Applies the output `o` to token `t`'s group `g`, straight from the two
+/// accumulator halves `v` (rows 0..8, 8..16): two 32-byte stores with the
+/// epilogue's `vaddps` or the argmax's compare and blends. A partial last group
+/// goes through the array path `Output::put` (same IEEE operations).
+///
+/// # Safety
+/// AVX2; `t`, `g` as `Output::at`, and the contract of `run`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn emit(o: &Output, t: usize, g: usize, v: [__m256; 2]) {
+    // SAFETY: `at` and the next `GROUP` floats of a full group are this task's; a
+    // bias holds `rows` floats.
+    unsafe {
+        if !o.full(g) {
+            return emit_partial(o, t, g, v);
+        }
+        let p = o.at(t, g);
+        for (h, v) in v.into_iter().enumerate() {
+            let p = p.add(8 * h);
+            match o.op {
+                OutOp::Store => _mm256_storeu_ps(p, v),
+                OutOp::Bias(b) => {
+                    let bias = _mm256_loadu_ps(b.add(g * GROUP + 8 * h));
+                    _mm256_storeu_ps(p, _mm256_add_ps(v, bias));
+                }
+                OutOp::Accumulate => _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), v)),
+                OutOp::Argmax(gi) => {
+                    // `portable::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`.
+                    let best = _mm256_loadu_ps(p);
+                    let m = _mm256_cmp_ps::<_CMP_GT_OQ>(v, best);
+                    _mm256_storeu_ps(p, _mm256_blendv_ps(best, v, m));
+                    let gp = gi.add(t * GROUP + 8 * h).cast::<f32>();
+                    let gv = _mm256_castsi256_ps(_mm256_set1_epi32(g as i32));
+                    _mm256_storeu_ps(gp, _mm256_blendv_ps(_mm256_loadu_ps(gp), gv, m));
+                }
+            }
+        }
+    }
+}
+
+/// [`emit`] of a partial last group, via an array (cold: at most once per token
+/// and matrix).
+///
+/// # Safety
+/// As [`emit`].
+#[cold]
+#[inline(never)]
+#[target_feature(enable = "avx2")]
+unsafe fn emit_partial(o: &Output, t: usize, g: usize, v: [__m256; 2]) {
+    let mut a = [0f32; GROUP];
+    // SAFETY: two 8-float stores into a 16-float array; `put`'s contract is `emit`'s.
+    unsafe {
+        _mm256_storeu_ps(a.as_mut_ptr(), v[0]);
+        _mm256_storeu_ps(a.as_mut_ptr().add(8), v[1]);
+        o.put(t, g, &a);
+    }
 }
 
 /// 32 bytes, byte j = 0xFF if bit j of `m` is set, else 0.
@@ -168,8 +228,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
         zero_point(fmt_type(F))
     };
     let has_min = matches!(F, Q4_1 | Q5_1);
-    let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
-    let mut res = [0f32; GROUP];
+    let mut acc_buf = [MaybeUninit::<[__m256; 2]>::uninit(); TCHUNK];
     let nib = _mm256_set1_epi8(0x0F);
     let m10 = _mm256_set1_epi8(0x10);
     let flip = _mm256_set1_epi8(-128);
@@ -178,9 +237,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
-            for a in &mut acc[..nt] {
-                *a = [_mm256_setzero_ps(); 2];
-            }
+            let acc = filled(&mut acc_buf[..nt], [_mm256_setzero_ps(); 2]);
             for b in 0..nb {
                 pf.block(codes, b);
                 for h in 0..2 {
@@ -223,7 +280,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                     } else {
                         (f16x8(b * 32), _mm256_setzero_ps())
                     };
-                    for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                    for (dt, acc) in acc.iter_mut().enumerate() {
                         let blk = (t0 + dt) * nb + b;
                         // SAFETY: blk < n_tokens * nb, within the quantized activations.
                         let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
@@ -260,10 +317,8 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                     }
                 }
             }
-            for (dt, acc) in acc[..nt].iter().enumerate() {
-                _mm256_storeu_ps(res.as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(res.as_mut_ptr().add(8), acc[1]);
-                write(t0 + dt, g, &res);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, *acc);
             }
         }
     }
@@ -323,9 +378,8 @@ fn pack_i16x2(lo: i32, hi: i32) -> i32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
-    let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
-    let mut isum = [[_mm256_setzero_si256(); 2]; TCHUNK];
-    let mut res = [0f32; GROUP];
+    let mut acc_buf = [MaybeUninit::<[__m256; 2]>::uninit(); TCHUNK];
+    let mut isum_buf = [MaybeUninit::<[__m256i; 2]>::uninit(); TCHUNK];
     let sign = _mm256_set1_epi32(i32::MIN);
     // Per 32-bit lane (i16 lo, i16 hi) -> (lo, lo) / (hi, hi).
     // (`vpshufb` indexes bytes within each 128-bit half.)
@@ -339,9 +393,9 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
-            for a in &mut acc[..nt] {
-                *a = [_mm256_setzero_ps(); 2];
-            }
+            let acc = filled(&mut acc_buf[..nt], [_mm256_setzero_ps(); 2]);
+            // (Each super-block's first block overwrites these.)
+            let isum = filled(&mut isum_buf[..nt], [_mm256_setzero_si256(); 2]);
             for sb in 0..nb / 8 {
                 // SAFETY (this block): the scale plane holds 320 bytes per
                 // super-block (layout docs); block sb*8+j < nb; activation
@@ -370,7 +424,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                                 _mm256_shuffle_epi8(pair, dup_hi),
                             )
                         };
-                        for (dt, isum) in isum[..nt].iter_mut().enumerate() {
+                        for (dt, isum) in isum.iter_mut().enumerate() {
                             let blk = (t0 + dt) * nb + b;
                             let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
                             let bc = |c: usize| _mm256_set1_epi32(a.add(c).read_unaligned());
@@ -412,7 +466,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                             ));
                         }
                     }
-                    for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                    for (dt, acc) in acc.iter_mut().enumerate() {
                         let blk0 = (t0 + dt) * nb + sb * 8;
                         let da = _mm256_set1_ps(*acts.d.get_unchecked(blk0));
                         let v = _mm256_cvtepi32_ps(isum[dt][h]);
@@ -436,10 +490,8 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                     }
                 }
             }
-            for (dt, acc) in acc[..nt].iter().enumerate() {
-                _mm256_storeu_ps(res.as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(res.as_mut_ptr().add(8), acc[1]);
-                write(t0 + dt, g, &res);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, *acc);
             }
         }
     }
@@ -448,15 +500,12 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn float(k: &Kernel, x: &[f32], g0: usize, g1: usize, write: Write) {
     let f32w = k.ty == GgmlType::F32;
-    let mut acc = [[_mm256_setzero_ps(); 2]; TCHUNK];
-    let mut res = [0f32; GROUP];
+    let mut acc_buf = [MaybeUninit::<[__m256; 2]>::uninit(); TCHUNK];
     for g in g0..g1 {
         let w = k.group(g).as_ptr();
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
-            for a in &mut acc[..nt] {
-                *a = [_mm256_setzero_ps(); 2];
-            }
+            let acc = filled(&mut acc_buf[..nt], [_mm256_setzero_ps(); 2]);
             for kk in 0..k.cols {
                 // SAFETY: column kk's 16 values lie at kk*64 (f32) or kk*32 (f16)
                 // inside the group (cols*64 or cols*32 bytes).
@@ -471,44 +520,15 @@ unsafe fn float(k: &Kernel, x: &[f32], g0: usize, g1: usize, write: Write) {
                         _mm256_cvtph_ps(_mm_loadu_si128(w.add(kk * 32 + 16).cast())),
                     )
                 };
-                for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                for (dt, acc) in acc.iter_mut().enumerate() {
                     let xv = _mm256_set1_ps(*x.get_unchecked((t0 + dt) * k.cols + kk));
                     acc[0] = _mm256_fmadd_ps(w0, xv, acc[0]);
                     acc[1] = _mm256_fmadd_ps(w1, xv, acc[1]);
                 }
             }
-            for (dt, acc) in acc[..nt].iter().enumerate() {
-                _mm256_storeu_ps(res.as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(res.as_mut_ptr().add(8), acc[1]);
-                write(t0 + dt, g, &res);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, *acc);
             }
-        }
-    }
-}
-
-/// [`super::portable::lane_best`] on two 8-lane halves (`_CMP_GT_OQ` is false
-/// for NaN, like `>`).
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub(crate) unsafe fn lane_best(
-    best: &mut [f32; GROUP],
-    group: &mut [u32; GROUP],
-    acc: &[f32; GROUP],
-    g: u32,
-) {
-    // SAFETY: offsets 0 and 8 address two 8-lane halves of 16-element arrays;
-    // loads/stores are unaligned.
-    unsafe {
-        let gv = _mm256_castsi256_ps(_mm256_set1_epi32(g as i32));
-        for h in [0, 8] {
-            let a = _mm256_loadu_ps(acc.as_ptr().add(h));
-            let b = _mm256_loadu_ps(best.as_ptr().add(h));
-            let m = _mm256_cmp_ps::<_CMP_GT_OQ>(a, b);
-            _mm256_storeu_ps(best.as_mut_ptr().add(h), _mm256_blendv_ps(b, a, m));
-            let gp = group.as_mut_ptr().add(h).cast::<f32>();
-            _mm256_storeu_ps(gp, _mm256_blendv_ps(_mm256_loadu_ps(gp), gv, m));
         }
     }
 }

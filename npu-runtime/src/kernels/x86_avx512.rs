@@ -10,10 +10,11 @@ use std::arch::x86_64::*;
 use super::act::QuantActs;
 use super::ggml::QUANT_TYPES;
 use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
-use super::matmul::Kernel;
-use super::portable::TCHUNK;
+use super::matmul::{Kernel, OutOp, Output};
+use super::portable::{filled, TCHUNK};
 use super::x86_avx2::Prefetch;
 use super::GgmlType;
+use std::mem::MaybeUninit;
 
 // Format ids for monomorphisation.
 const Q4_0: u8 = 0;
@@ -24,14 +25,16 @@ const Q8_0: u8 = 4;
 const Q4K: u8 = 5;
 const Q6K: u8 = 6;
 
-type Write<'a> = &'a dyn Fn(usize, usize, &[f32; GROUP]);
+type Write<'a> = &'a Output;
 
-/// Compute groups `g0..g1` for all tokens.
+/// Compute groups `g0..g1` for all tokens, writing them through `write`.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C
 /// (`Isa::Avx512Vnni.is_supported()`); `acts` must hold the quantized
-/// activations of `k.n_tokens` tokens of `k.cols` columns and `x` the f32 ones.
+/// activations of `k.n_tokens` tokens of `k.cols` columns and `x` the f32 ones;
+/// `write` is valid for those tokens and groups `g0..g1`, used by nobody else
+/// meanwhile (`Output::put`).
 pub(crate) unsafe fn run(
     k: &Kernel,
     acts: &QuantActs,
@@ -58,6 +61,44 @@ pub(crate) unsafe fn run(
 
 fn fmt_type(f: u8) -> GgmlType {
     QUANT_TYPES[f as usize]
+}
+
+/// Applies the output `o` to token `t`'s group `g`, straight from the accumulator
+/// `v`: one (masked, for a partial last group) 64-byte store, with the epilogue's
+/// single `vaddps` or the argmax's compare and two masked stores. Same IEEE
+/// operations as `Output::put` (masked-off lanes are neither read nor written).
+///
+/// # Safety
+/// AVX-512 F; `t`, `g` as `Output::at`, and the contract of `run`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn emit(o: &Output, t: usize, g: usize, v: __m512) {
+    let n = o.rows - g * GROUP;
+    let k: __mmask16 = if n >= GROUP { !0 } else { (1 << n) - 1 };
+    // SAFETY: `at` and the next `n` floats (argmax: `GROUP`) are this task's; a
+    // bias holds `rows` floats; masked-off lanes are not accessed (no fault).
+    unsafe {
+        let p = o.at(t, g);
+        match o.op {
+            OutOp::Store => _mm512_mask_storeu_ps(p, k, v),
+            OutOp::Bias(b) => {
+                let bias = _mm512_maskz_loadu_ps(k, b.add(g * GROUP));
+                _mm512_mask_storeu_ps(p, k, _mm512_add_ps(v, bias));
+            }
+            OutOp::Accumulate => {
+                let old = _mm512_maskz_loadu_ps(k, p);
+                _mm512_mask_storeu_ps(p, k, _mm512_add_ps(old, v));
+            }
+            OutOp::Argmax(gi) => {
+                // `portable::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`;
+                // padding lanes of a partial group never win.
+                let m = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(k, v, _mm512_loadu_ps(p));
+                _mm512_mask_storeu_ps(p, m, v);
+                let gp = gi.add(t * GROUP).cast::<i32>();
+                _mm512_mask_storeu_epi32(gp, m, _mm512_set1_epi32(g as i32));
+            }
+        }
+    }
 }
 
 /// The 8 code vectors of block `b` (chunk `c` = columns 4c..4c+4 of each row,
@@ -118,16 +159,13 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let nb = k.cols / 32;
     let z = zero_point(fmt_type(F));
     let has_min = matches!(F, Q4_1 | Q5_1);
-    let mut acc = [_mm512_setzero_ps(); TCHUNK];
-    let mut res = [0f32; GROUP];
+    let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     let pf = Prefetch::new(k.ty, k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
-            for a in &mut acc[..nt] {
-                *a = _mm512_setzero_ps();
-            }
+            let acc = filled(&mut acc_buf[..nt], _mm512_setzero_ps());
             for b in 0..nb {
                 pf.block(codes, b);
                 // SAFETY: block b < nb lies in this group's planes; the scale
@@ -144,7 +182,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                         _mm512_setzero_ps(),
                     )
                 };
-                for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                for (dt, acc) in acc.iter_mut().enumerate() {
                     let blk = (t0 + dt) * nb + b;
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
                     let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
@@ -169,9 +207,8 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                     }
                 }
             }
-            for (dt, acc) in acc[..nt].iter().enumerate() {
-                _mm512_storeu_ps(res.as_mut_ptr(), *acc);
-                write(t0 + dt, g, &res);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, *acc);
             }
         }
     }
@@ -189,18 +226,17 @@ fn pack_i16x2(lo: i32, hi: i32) -> i32 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
-    let mut acc = [_mm512_setzero_ps(); TCHUNK];
-    let mut isum = [_mm512_setzero_si512(); TCHUNK];
-    let mut res = [0f32; GROUP];
+    let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
+    let mut isum_buf = [MaybeUninit::<__m512i>::uninit(); TCHUNK];
     let sign = _mm512_set1_epi32(i32::MIN);
     let pf = Prefetch::new(k.ty, k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
-            for a in &mut acc[..nt] {
-                *a = _mm512_setzero_ps();
-            }
+            let acc = filled(&mut acc_buf[..nt], _mm512_setzero_ps());
+            // (Each super-block's first block overwrites these.)
+            let isum = filled(&mut isum_buf[..nt], _mm512_setzero_si512());
             for sb in 0..nb / 8 {
                 // SAFETY (this block): the scale plane holds 320 bytes per
                 // super-block (layout docs), the code planes block sb*8+j < nb;
@@ -223,7 +259,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                             _mm512_srai_epi32::<16>(pair),
                         )
                     };
-                    for (dt, isum) in isum[..nt].iter_mut().enumerate() {
+                    for (dt, isum) in isum.iter_mut().enumerate() {
                         let blk = (t0 + dt) * nb + b;
                         let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
                         let bc = |c: usize| _mm512_set1_epi32(a.add(c).read_unaligned());
@@ -267,7 +303,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                         ));
                     }
                 }
-                for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                for (dt, acc) in acc.iter_mut().enumerate() {
                     let blk0 = (t0 + dt) * nb + sb * 8;
                     let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
                     let v = _mm512_cvtepi32_ps(isum[dt]);
@@ -287,9 +323,8 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                     }
                 }
             }
-            for (dt, acc) in acc[..nt].iter().enumerate() {
-                _mm512_storeu_ps(res.as_mut_ptr(), *acc);
-                write(t0 + dt, g, &res);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, *acc);
             }
         }
     }
@@ -298,15 +333,12 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn float(k: &Kernel, x: &[f32], g0: usize, g1: usize, write: Write) {
     let f32w = k.ty == GgmlType::F32;
-    let mut acc = [_mm512_setzero_ps(); TCHUNK];
-    let mut res = [0f32; GROUP];
+    let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     for g in g0..g1 {
         let w = k.group(g).as_ptr();
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
-            for a in &mut acc[..nt] {
-                *a = _mm512_setzero_ps();
-            }
+            let acc = filled(&mut acc_buf[..nt], _mm512_setzero_ps());
             for kk in 0..k.cols {
                 // SAFETY: column kk's 16 values lie at kk*64 (f32) or kk*32 (f16)
                 // inside the group (cols*64 or cols*32 bytes).
@@ -315,39 +347,14 @@ unsafe fn float(k: &Kernel, x: &[f32], g0: usize, g1: usize, write: Write) {
                 } else {
                     _mm512_cvtph_ps(_mm256_loadu_si256(w.add(kk * 32).cast()))
                 };
-                for (dt, acc) in acc[..nt].iter_mut().enumerate() {
+                for (dt, acc) in acc.iter_mut().enumerate() {
                     let xv = *x.get_unchecked((t0 + dt) * k.cols + kk);
                     *acc = _mm512_fmadd_ps(wv, _mm512_set1_ps(xv), *acc);
                 }
             }
-            for (dt, acc) in acc[..nt].iter().enumerate() {
-                _mm512_storeu_ps(res.as_mut_ptr(), *acc);
-                write(t0 + dt, g, &res);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, *acc);
             }
         }
-    }
-}
-
-/// [`super::portable::lane_best`] in one compare and two masked blends
-/// (`_CMP_GT_OQ` is false for NaN, like `>`).
-///
-/// # Safety
-/// The CPU must support AVX-512 F.
-#[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn lane_best(
-    best: &mut [f32; GROUP],
-    group: &mut [u32; GROUP],
-    acc: &[f32; GROUP],
-    g: u32,
-) {
-    // SAFETY: each array is exactly one 64-byte vector; loads/stores are unaligned.
-    unsafe {
-        let a = _mm512_loadu_ps(acc.as_ptr());
-        let b = _mm512_loadu_ps(best.as_ptr());
-        let m = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b);
-        _mm512_storeu_ps(best.as_mut_ptr(), _mm512_mask_blend_ps(m, b, a));
-        let gi = _mm512_loadu_si512(group.as_ptr().cast());
-        let gn = _mm512_mask_blend_epi32(m, gi, _mm512_set1_epi32(g as i32));
-        _mm512_storeu_si512(group.as_mut_ptr().cast(), gn);
     }
 }
