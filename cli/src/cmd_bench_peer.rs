@@ -56,37 +56,30 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(t) = &args.requant {
         files.push(requantized(&args, &base, t)?);
     }
-    // Re-probed before every round: a probe that lands in a busy moment of the shared host
-    // reads low (24-50 GB/s within one hour here), and the floor is the best the machine gives.
-    let mut bw = read_bandwidth_gbs(args.threads);
-    let mut bw_probes = 1;
-    eprintln!(
-        "memory read bandwidth ({} threads): {bw:.1} GB/s",
-        args.threads
-    );
-    let peak = npu_runtime::kernels::peak::int8_macs_per_sec(args.threads, 3);
+    let mut probes = Probes::new(args.threads);
+    let mut results = Vec::new();
+    let mut measured = Vec::new();
+    for file in &files {
+        let (ours, peer) = measure_pair(&args, file, &mut probes)?;
+        measured.push((file, ours, peer));
+    }
+    let Probes {
+        bw, peak, count, ..
+    } = probes;
     let peak_text = match peak {
         Some(p) => format!(
             "int8 multiply-accumulate peak measured in this run (independent dot-product \
-             chains on every thread, registers only): {:.0} G MAC/s",
+             chains on every thread, registers only, best of {count} probes): {:.0} G MAC/s",
             p / 1e9
         ),
         None => "no int8 SIMD path on this CPU: no int8 peak".to_owned(),
     };
-    eprintln!("{peak_text}");
-
-    let mut results = Vec::new();
-    let mut measured = Vec::new();
-    for file in &files {
-        let (ours, peer) = measure_pair(&args, file, &mut bw, &mut bw_probes)?;
-        measured.push((file, ours, peer));
-    }
     let mut body = format!(
         "Both engines on the same file with {} threads, back to back: {} alternating rounds \
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
          repetitions. llama.cpp is llama-cpp-python 0.3.36 (built from source with \
          GGML_NATIVE) in a virtualenv outside the repo. Memory read bandwidth measured in \
-         this run: {bw:.1} GB/s (best of {bw_probes} probes, one before every round); \
+         this run: {bw:.1} GB/s (best of {count} probes, one before every round); \
          {peak_text}.\n\n",
         args.threads, args.rounds, args.reps
     );
@@ -167,14 +160,52 @@ fn requantized(args: &Args, base: &Path, ty: &str) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Alternating rounds; returns each engine's best figures. Probes the bandwidth before
-/// each round, keeping the best figure in `bw`.
-fn measure_pair(
-    args: &Args,
-    file: &Path,
-    bw: &mut f64,
-    bw_probes: &mut usize,
-) -> Result<(Value, Value)> {
+/// The machine's physical limits, re-probed before every round: a probe that lands in a
+/// busy moment of the shared host reads low (bandwidth 24-50 GB/s within one hour here,
+/// the int8 peak once 233 instead of ~460 G MAC/s), and a floor is the best the machine
+/// gives, so each keeps its best reading.
+struct Probes {
+    threads: usize,
+    /// Memory read bandwidth, GB/s.
+    bw: f64,
+    /// int8 multiply-accumulates per second (`None` without an int8 SIMD path).
+    peak: Option<f64>,
+    count: usize,
+}
+
+impl Probes {
+    fn new(threads: usize) -> Self {
+        let mut p = Probes {
+            threads,
+            bw: 0.0,
+            peak: None,
+            count: 0,
+        };
+        p.probe();
+        p
+    }
+
+    fn probe(&mut self) {
+        let bw = read_bandwidth_gbs(self.threads);
+        let peak = npu_runtime::kernels::peak::int8_macs_per_sec(self.threads, 3);
+        eprintln!(
+            "probe {}: memory read bandwidth ({} threads) {bw:.1} GB/s, int8 peak {}",
+            self.count + 1,
+            self.threads,
+            peak.map_or("n/a".to_owned(), |p| format!("{:.0} G MAC/s", p / 1e9))
+        );
+        self.bw = self.bw.max(bw);
+        self.peak = match (self.peak, peak) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.count += 1;
+    }
+}
+
+/// Alternating rounds; returns each engine's best figures. Re-probes the machine's limits
+/// before each round.
+fn measure_pair(args: &Args, file: &Path, probes: &mut Probes) -> Result<(Value, Value)> {
     let (mut ours, mut peer) = (None, None);
     let exe = std::env::current_exe().context("locating the rag binary")?;
     let common = [
@@ -190,8 +221,7 @@ fn measure_pair(
             round + 1,
             args.rounds
         );
-        *bw = bw.max(read_bandwidth_gbs(args.threads));
-        *bw_probes += 1;
+        probes.probe();
         let mut cmd = Command::new(&exe);
         cmd.args(["bench", "model", "--json", "--no-report", "--model"])
             .arg(file)
