@@ -158,7 +158,7 @@ impl AttnScratch {
 pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 
 /// Attention for the first `mask.n_valid()` rows of `q` (`[T][n_head * head_dim]`, RoPE
-/// applied). `kv` (tiled K, row-major V) holds slots `[0, n_past + n_valid)` of one
+/// applied). `kv` (tiled K, V per KV head) holds slots `[0, n_past + n_valid)` of one
 /// layer. Output rows go to `out` (f32 bits in atomics so tasks can write disjoint rows
 /// without `unsafe`). `run` executes `n` tasks, possibly in parallel.
 ///
@@ -208,7 +208,6 @@ pub fn attention(
     let parts = want.div_ceil(units).clamp(1, group);
     let n_items = units * parts;
     let n_tasks = scratch.slots.len().min(n_items);
-    let kv_dim = n_head_kv * hd;
     let scale = 1.0 / (hd as f32).sqrt();
     // Score row stride: every slot up to the batch's last new key.
     let stride = n_past + n;
@@ -240,7 +239,8 @@ pub fn attention(
             let qs = &qs[..];
             let scores = &mut scores[..nq * stride];
             let acc = &mut acc[..nq * hd];
-            let kv_off = g * hd;
+            // This KV head's V rows, `hd` apart.
+            let vh = &v[g * kv.v_head_stride..];
             // Every query of the item against slots [0, n_past + i1): token ti's visible
             // new keys are slots up to n_past + ti. Then each token's visible new keys
             // are moved to follow the committed ones (visible[idx] >= idx, ascending).
@@ -265,17 +265,17 @@ pub fn attention(
             let mut r0 = 0;
             while r0 < n_past {
                 let r = V_CHUNK.min(n_past - r0);
-                let rows = &v[r0 * kv_dim + kv_off..];
-                axpy_rows_multi_with_isa(isa, &scores[r0..], stride, r, rows, kv_dim, acc, hd);
+                let rows = &vh[r0 * hd..];
+                axpy_rows_multi_with_isa(isa, &scores[r0..], stride, r, rows, hd, acc, hd);
                 r0 += r;
             }
             for ti in i0..i1 {
                 let a0 = (ti - i0) * nh;
                 let acc = &mut acc[a0 * hd..(a0 + nh) * hd];
                 for_each_run(0, mask.visible(ti), |key, slot, len| {
-                    let rows = &v[(n_past + slot) * kv_dim + kv_off..];
+                    let rows = &vh[(n_past + slot) * hd..];
                     let w = &scores[a0 * stride + n_past + key..];
-                    axpy_rows_multi_with_isa(isa, w, stride, len, rows, kv_dim, acc, hd);
+                    axpy_rows_multi_with_isa(isa, w, stride, len, rows, hd, acc, hd);
                 });
                 let o = &out[ti * n_head * hd + h0 * hd..][..nh * hd];
                 let (acc, inv) = (&acc[..], &inv[a0..a0 + nh]);

@@ -1,11 +1,13 @@
 //! KV cache shared by every graph kind.
 //!
-//! Per layer: V as `[capacity][n_head_kv][head_dim]` f32 rows, one slot per token position,
+//! Per layer: V per KV head, `[n_head_kv][capacity][head_dim]` (one head's rows contiguous,
+//! so the attention's weighted sum streams them; row-major `[slot][n_head_kv][head_dim]` made
+//! it read 512-byte pieces 1 KB apart for Qwen 1.5B and cost 2.4x the score pass),
 //! and K transposed in tiles of 16 slots per KV head:
 //! `[n_head_kv][slot / 16][tile_row(d)][slot % 16]` (see `kernels::attn_tiles`), so the
 //! CPU attention scores one query against 16 keys as the 16 lanes of broadcast-FMAs over
 //! `d`, with no horizontal fold, and one head's keys are contiguous. Readers that need K rows (QNN staging, the prefill output, tests) copy them
-//! out of the tiles with [`KvCache::k_rows_into`]; K is stored once (a row-major copy beside
+//! out of the tiles with [`KvCache::k_rows_into`] (V rows likewise with [`KvCache::v_rows_into`]); K is stored once (a row-major copy beside
 //! the tiles cost 50% more KV memory).
 //! Prefill graphs, decode graphs and tree verification all read and write this one
 //! layout, so switching a block between graph kinds needs no relayout (pitfall 8).
@@ -26,18 +28,21 @@ pub struct KvCache {
     head_dim: usize,
     capacity: usize,
     n_past: usize,
+    /// Per layer: `[n_head_kv][capacity][head_dim]`.
     v: Vec<Vec<f32>>,
     /// Per layer: `[n_head_kv][capacity / 16 rounded up][head_dim][16]` (rows by `tile_row`).
     k_tiles: Vec<Vec<f32>>,
 }
 
 /// One layer as the CPU attention reads it: tiled K (KV head `g` starts at
-/// `g * head_stride`) and row-major V (`[slot][n_head_kv][head_dim]`).
+/// `g * head_stride`) and V per KV head (head `g`'s rows, `head_dim` apart, start at
+/// `g * v_head_stride`).
 #[derive(Clone, Copy)]
 pub struct KvLayerView<'a> {
     pub k_tiles: &'a [f32],
     pub head_stride: usize,
     pub v: &'a [f32],
+    pub v_head_stride: usize,
 }
 
 impl KvCache {
@@ -100,10 +105,18 @@ impl KvCache {
         self.capacity - self.n_past
     }
 
-    /// Write one token's K and V rows of `layer` into `slot`.
+    /// Floats per KV head in a layer's V.
+    fn v_head_stride(&self) -> usize {
+        self.capacity * self.head_dim
+    }
+
+    /// Write one token's K and V rows (`[n_head_kv][head_dim]`) of `layer` into `slot`.
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let d = self.kv_dim;
-        self.v[layer][slot * d..(slot + 1) * d].copy_from_slice(v);
+        let (hd, vs) = (self.head_dim, self.v_head_stride());
+        assert_eq!(v.len(), self.kv_dim, "KvCache::write: one V row");
+        for (g, row) in v.chunks_exact(hd).enumerate() {
+            self.v[layer][g * vs + slot * hd..][..hd].copy_from_slice(row);
+        }
         self.write_tiled(layer, slot, k);
     }
 
@@ -113,6 +126,7 @@ impl KvCache {
             k_tiles: &self.k_tiles[layer],
             head_stride: self.head_stride(),
             v: &self.v[layer],
+            v_head_stride: self.v_head_stride(),
         }
     }
 
@@ -154,9 +168,30 @@ impl KvCache {
         out
     }
 
-    /// V rows of `layer`, slots `[0, n_slots)`.
-    pub fn v_rows(&self, layer: usize, n_slots: usize) -> &[f32] {
-        &self.v[layer][..n_slots * self.kv_dim]
+    /// V rows of `layer` for the slots `first..first + out.len() / kv_dim`, copied into
+    /// `out` as `[slot][n_head_kv][head_dim]` (the rows `write` got).
+    pub fn v_rows_into(&self, layer: usize, first: usize, out: &mut [f32]) {
+        let (d, hd, vs) = (self.kv_dim, self.head_dim, self.v_head_stride());
+        let n = out.len() / d;
+        assert!(
+            n * d == out.len() && first + n <= self.capacity,
+            "v_rows_into: {} floats from slot {first} are not whole rows within {} slots",
+            out.len(),
+            self.capacity
+        );
+        let v = &self.v[layer];
+        for (i, row) in out.chunks_exact_mut(d).enumerate() {
+            for (g, dst) in row.chunks_exact_mut(hd).enumerate() {
+                dst.copy_from_slice(&v[g * vs + (first + i) * hd..][..hd]);
+            }
+        }
+    }
+
+    /// V rows of `layer`, slots `[0, n_slots)`, as a new buffer (outputs and tests).
+    pub fn v_rows(&self, layer: usize, n_slots: usize) -> Vec<f32> {
+        let mut out = vec![0.0; n_slots * self.kv_dim];
+        self.v_rows_into(layer, 0, &mut out);
+        out
     }
 
     /// One slot's K row of a layer (tests and debugging).
@@ -166,9 +201,11 @@ impl KvCache {
         out
     }
 
-    /// One slot's V row of a layer.
-    pub fn v_row(&self, layer: usize, slot: usize) -> &[f32] {
-        &self.v[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim]
+    /// One slot's V row of a layer (tests and debugging).
+    pub fn v_row(&self, layer: usize, slot: usize) -> Vec<f32> {
+        let mut out = vec![0.0; self.kv_dim];
+        self.v_rows_into(layer, slot, &mut out);
+        out
     }
 
     /// Commit `n` scratch slots that are already in place (plain causal runs).
@@ -205,18 +242,16 @@ impl KvCache {
                 "path longer than free KV slots".into(),
             ));
         }
-        let d = self.kv_dim;
         let base = self.n_past;
+        let (hd, hs, vs) = (self.head_dim, self.head_stride(), self.v_head_stride());
         for layer in 0..self.n_layer {
             for (i, &p) in path.iter().enumerate() {
                 // p >= i because the path is strictly increasing, so moving in ascending
                 // order never overwrites a row that is still to be moved.
                 if p != i {
-                    let src = (base + p) * d;
-                    let dst = (base + i) * d;
-                    self.v[layer].copy_within(src..src + d, dst);
-                    let (hd, hs) = (self.head_dim, self.head_stride());
                     for g in 0..self.kv_dim / hd {
+                        let src = g * vs + (base + p) * hd;
+                        self.v[layer].copy_within(src..src + hd, g * vs + (base + i) * hd);
                         let head = &mut self.k_tiles[layer][g * hs..(g + 1) * hs];
                         for e in 0..hd {
                             head[tiled_index(base + i, e, hd)] = head[tiled_index(base + p, e, hd)];
@@ -277,11 +312,7 @@ mod tests {
         for l in 0..2 {
             for (s, &tag) in tags.iter().enumerate() {
                 assert_eq!(kv.k_row(l, s), row(tag, d), "K layer {l} slot {s}");
-                assert_eq!(
-                    kv.v_row(l, s),
-                    row(-tag, d).as_slice(),
-                    "V layer {l} slot {s}"
-                );
+                assert_eq!(kv.v_row(l, s), row(-tag, d), "V layer {l} slot {s}");
             }
             // The tiles the attention reads hold the same rows (head g, element e of slot s).
             let view = kv.layer_view(l);
@@ -296,7 +327,7 @@ mod tests {
     }
 
     #[test]
-    fn k_rows_into_returns_the_written_rows_for_any_slot_range() {
+    fn k_and_v_rows_into_return_the_written_rows_for_any_slot_range() {
         // Capacity not a multiple of 16, 3 KV heads of 5: ranges start and end inside
         // tiles, span several tiles, and reach the padded last tile.
         let (n_layer, n_head_kv, hd, cap) = (2, 3, 5, 37);
@@ -332,6 +363,12 @@ mod tests {
                             "layer {l} slot {}",
                             first + i
                         );
+                    }
+                    out.fill(f32::NAN);
+                    kv.v_rows_into(l, first, out);
+                    for (i, got) in out.chunks_exact(d).enumerate() {
+                        let want: Vec<f32> = rows[l * cap + first + i].iter().map(|x| -x).collect();
+                        assert_eq!(got, want, "V layer {l} slot {}", first + i);
                     }
                 }
             }

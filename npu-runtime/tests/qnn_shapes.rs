@@ -69,7 +69,7 @@ fn prefill(
     let mut rows = Vec::new();
     for l in 0..layers {
         rows.extend(kv.k_rows(l, ROWS));
-        rows.extend_from_slice(kv.v_rows(l, ROWS));
+        rows.extend(kv.v_rows(l, ROWS));
     }
     (out, rows)
 }

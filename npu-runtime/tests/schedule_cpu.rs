@@ -66,7 +66,7 @@ fn every_schedule_gives_the_same_prefill_output() {
     let mut sess_kv = Vec::new();
     for layer in 0..sess.kv_cache().n_layer() {
         sess_kv.extend(sess.kv_cache().k_rows(layer, prompt.len()));
-        sess_kv.extend_from_slice(sess.kv_cache().v_rows(layer, prompt.len()));
+        sess_kv.extend(sess.kv_cache().v_rows(layer, prompt.len()));
     }
     assert!(
         sess_kv == ref_kv,

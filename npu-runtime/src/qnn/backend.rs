@@ -374,8 +374,8 @@ impl Backend for QnnBackend {
                 row[(cap + i) * 2..(cap + i) * 2 + 2].copy_from_slice(&zero);
             }
         }
-        // Past K/V of each layer: committed slots, zeros beyond. K comes out of the
-        // cache's tiles through `l.row`, a run of whole rows at a time.
+        // Past K/V of each layer: committed slots, zeros beyond. K (tiles) and V (per KV
+        // head) come out of the cache as rows through `l.row`, a run of whole rows at a time.
         let (used, run) = (io.n_past * kv_dim * 2, l.row.len() / kv_dim);
         for layer in g.block.layers.clone() {
             let dst = next()?;
@@ -389,7 +389,14 @@ impl Backend for QnnBackend {
             }
             dst[used..cap * kv_dim * 2].fill(0);
             let dst = next()?;
-            to_f16(io.kv.v_rows(layer, io.n_past), &mut dst[..used]);
+            let mut s0 = 0;
+            while s0 < io.n_past {
+                let s1 = (s0 + run).min(io.n_past);
+                let rows = &mut l.row[..(s1 - s0) * kv_dim];
+                io.kv.v_rows_into(layer, s0, rows);
+                to_f16(rows, &mut dst[s0 * kv_dim * 2..s1 * kv_dim * 2]);
+                s0 = s1;
+            }
             dst[used..cap * kv_dim * 2].fill(0);
         }
         {

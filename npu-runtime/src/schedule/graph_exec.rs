@@ -178,7 +178,7 @@ where
         let mut kv = Vec::new();
         for layer in 0..st.kv.n_layer() {
             kv.extend(st.kv.k_rows(layer, n));
-            kv.extend_from_slice(st.kv.v_rows(layer, n));
+            kv.extend(st.kv.v_rows(layer, n));
         }
         (st.logits.clone(), kv)
     }
