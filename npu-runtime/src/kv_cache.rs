@@ -130,17 +130,23 @@ impl KvCache {
         }
     }
 
+    /// Rows in `len` floats from slot `first`; panics unless they are whole rows within
+    /// the capacity (a caller's bug, not user input).
+    fn whole_rows(&self, what: &str, first: usize, len: usize) -> usize {
+        let n = len / self.kv_dim;
+        assert!(
+            n * self.kv_dim == len && first + n <= self.capacity,
+            "{what}: {len} floats from slot {first} are not whole rows within {} slots",
+            self.capacity
+        );
+        n
+    }
+
     /// K rows of `layer` for the slots `first..first + out.len() / kv_dim`, copied out of
     /// the tiles into `out` as `[slot][n_head_kv][head_dim]` (the same floats `write` got).
     pub fn k_rows_into(&self, layer: usize, first: usize, out: &mut [f32]) {
         let (d, hd, hs) = (self.kv_dim, self.head_dim, self.head_stride());
-        let n = out.len() / d;
-        assert!(
-            n * d == out.len() && first + n <= self.capacity,
-            "k_rows_into: {} floats from slot {first} are not whole rows within {} slots",
-            out.len(),
-            self.capacity
-        );
+        let n = self.whole_rows("k_rows_into", first, out.len());
         let tiles = &self.k_tiles[layer];
         for g in 0..d / hd {
             let head = &tiles[g * hs..(g + 1) * hs];
@@ -172,13 +178,7 @@ impl KvCache {
     /// `out` as `[slot][n_head_kv][head_dim]` (the rows `write` got).
     pub fn v_rows_into(&self, layer: usize, first: usize, out: &mut [f32]) {
         let (d, hd, vs) = (self.kv_dim, self.head_dim, self.v_head_stride());
-        let n = out.len() / d;
-        assert!(
-            n * d == out.len() && first + n <= self.capacity,
-            "v_rows_into: {} floats from slot {first} are not whole rows within {} slots",
-            out.len(),
-            self.capacity
-        );
+        self.whole_rows("v_rows_into", first, out.len());
         let v = &self.v[layer];
         for (i, row) in out.chunks_exact_mut(d).enumerate() {
             for (g, dst) in row.chunks_exact_mut(hd).enumerate() {

@@ -10,6 +10,7 @@ use super::library::runtime;
 use super::lower::{build_block, MASK_HIDDEN};
 use crate::backend::{Backend, BlockIo, GraphStats, LogitsRows};
 use crate::error::{Result, RuntimeError};
+use crate::kv_cache::KvCache;
 use crate::session::Model;
 use graphs::ir::{BlockSpec, GraphShape};
 use half::f16;
@@ -378,26 +379,18 @@ impl Backend for QnnBackend {
         // head) come out of the cache as rows through `l.row`, a run of whole rows at a time.
         let (used, run) = (io.n_past * kv_dim * 2, l.row.len() / kv_dim);
         for layer in g.block.layers.clone() {
-            let dst = next()?;
-            let mut s0 = 0;
-            while s0 < io.n_past {
-                let s1 = (s0 + run).min(io.n_past);
-                let rows = &mut l.row[..(s1 - s0) * kv_dim];
-                io.kv.k_rows_into(layer, s0, rows);
-                to_f16(rows, &mut dst[s0 * kv_dim * 2..s1 * kv_dim * 2]);
-                s0 = s1;
+            for rows_into in [KvCache::k_rows_into, KvCache::v_rows_into] {
+                let dst = next()?;
+                let mut s0 = 0;
+                while s0 < io.n_past {
+                    let s1 = (s0 + run).min(io.n_past);
+                    let rows = &mut l.row[..(s1 - s0) * kv_dim];
+                    rows_into(&*io.kv, layer, s0, rows);
+                    to_f16(rows, &mut dst[s0 * kv_dim * 2..s1 * kv_dim * 2]);
+                    s0 = s1;
+                }
+                dst[used..cap * kv_dim * 2].fill(0);
             }
-            dst[used..cap * kv_dim * 2].fill(0);
-            let dst = next()?;
-            let mut s0 = 0;
-            while s0 < io.n_past {
-                let s1 = (s0 + run).min(io.n_past);
-                let rows = &mut l.row[..(s1 - s0) * kv_dim];
-                io.kv.v_rows_into(layer, s0, rows);
-                to_f16(rows, &mut dst[s0 * kv_dim * 2..s1 * kv_dim * 2]);
-                s0 = s1;
-            }
-            dst[used..cap * kv_dim * 2].fill(0);
         }
         {
             // No per-call allocation: the staging buffers are passed as they are.
