@@ -6,9 +6,10 @@
 //! and K transposed in tiles of 16 slots per KV head:
 //! `[n_head_kv][slot / 16][tile_row(d)][slot % 16]` (see `kernels::attn_tiles`), so the
 //! CPU attention scores one query against 16 keys as the 16 lanes of broadcast-FMAs over
-//! `d`, with no horizontal fold, and one head's keys are contiguous. Readers that need K rows (QNN staging, the prefill output, tests) copy them
-//! out of the tiles with [`KvCache::k_rows_into`] (V rows likewise with [`KvCache::v_rows_into`]); K is stored once (a row-major copy beside
-//! the tiles cost 50% more KV memory).
+//! `d`, with no horizontal fold, and one head's keys are contiguous. Readers that need
+//! rows (QNN staging, the prefill output, tests) copy them out with
+//! [`KvCache::k_rows_into`] and [`KvCache::v_rows_into`]; K is stored once (a row-major
+//! copy beside the tiles cost 50% more KV memory).
 //! Prefill graphs, decode graphs and tree verification all read and write this one
 //! layout, so switching a block between graph kinds needs no relayout (pitfall 8).
 //! f32 keeps cached values exactly what the producing graph computed, which the
