@@ -515,7 +515,6 @@ unsafe fn run_groups(
     };
     let o = Output {
         dst: out.get(),
-        stride: w.rows,
         rows: w.rows,
         op,
     };
@@ -533,10 +532,9 @@ unsafe fn run_groups(
 /// so the bits are those of [`Epilogue`]'s definition.
 #[derive(Clone, Copy)]
 pub(crate) struct Output {
-    /// Row 0 of token 0 (`Argmax`: the per-lane best values, `GROUP` per token).
+    /// Row 0 of token 0, `rows` floats per token (`Argmax`: the per-lane best values,
+    /// `GROUP` per token).
     pub dst: *mut f32,
-    /// Floats between two tokens' outputs (`Argmax`: `GROUP`).
-    pub stride: usize,
     /// Rows of the matrix: a last group with fewer is partial.
     pub rows: usize,
     pub op: OutOp,
@@ -570,7 +568,7 @@ impl Output {
     pub unsafe fn at(&self, t: usize, g: usize) -> *mut f32 {
         let at = match self.op {
             OutOp::Argmax(_) => t * GROUP,
-            _ => t * self.stride + g * GROUP,
+            _ => t * self.rows + g * GROUP,
         };
         // SAFETY: inside the output (the caller's contract and `run_groups`').
         unsafe { self.dst.add(at) }
@@ -694,7 +692,6 @@ pub fn matmul_argmax_with_isa(
         // strict `>` per lane keeps each lane's first (lowest-row) maximum.
         let o = Output {
             dst: l.v.as_mut_ptr().cast(),
-            stride: GROUP,
             rows: w.rows,
             op: OutOp::Argmax(l.g.as_mut_ptr().cast()),
         };
