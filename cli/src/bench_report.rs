@@ -5,21 +5,30 @@
 use anyhow::{Context, Result};
 use std::path::Path;
 
-/// "AMD EPYC ... (2 threads available)" from /proc/cpuinfo, or a generic fallback.
+/// "AMD EPYC (family 26 model 2), 2 hardware threads" from /proc/cpuinfo, or a generic
+/// fallback. Family and model tell CPU generations apart that share a model name (a
+/// 2-core "AMD EPYC" VM was Zen 4 one week and Zen 5 the next).
 pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let n = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    format!("{cpu}, {n} hardware threads")
+    describe(&info, n)
+}
+
+fn describe(cpuinfo: &str, threads: usize) -> String {
+    let field = |key: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == key))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|v| v.trim().to_owned())
+    };
+    let mut cpu = field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    if let (Some(family), Some(model)) = (field("cpu family"), field("model")) {
+        cpu = format!("{cpu} (family {family} model {model})");
+    }
+    format!("{cpu}, {threads} hardware threads")
 }
 
 /// Today's date (UTC) as YYYY-MM-DD, without a date crate.
@@ -84,6 +93,18 @@ pub fn write_section_in(path: &Path, key: &str, title: &str, body: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machine_names_family_and_model_when_cpuinfo_has_them() {
+        let info = "processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n";
+        assert_eq!(
+            describe(info, 2),
+            "AMD EPYC (family 26 model 2), 2 hardware threads"
+        );
+        let bare = "model name\t: Some CPU\n";
+        assert_eq!(describe(bare, 4), "Some CPU, 4 hardware threads");
+        assert!(describe("", 1).ends_with(", 1 hardware threads"));
+    }
 
     #[test]
     fn sections_are_replaced_in_place_and_others_kept() {
