@@ -372,4 +372,36 @@ impl GgufFile {
     pub fn bytes(&self) -> &[u8] {
         self.data.bytes()
     }
+
+    /// Unmaps the whole pages of `t`'s data from this process (`MADV_DONTNEED`) once a
+    /// caller has copied what it needs: the process's RSS falls, while the kernel keeps the
+    /// pages in its page cache, so the next process that opens the model (the next `rag
+    /// ask`) maps them without reading the disk again. (`MADV_PAGEOUT`, used before, also
+    /// evicted them from the page cache: every run re-read the whole file.) Contents never
+    /// change: the map is read-only and file-backed, so a later access faults the same bytes
+    /// back in. Nothing happens for in-memory images or where the advice is unsupported.
+    pub fn release_tensor_pages(&self, t: &TensorInfo) {
+        #[cfg(unix)]
+        if let Backing::Mmap(map) = &self.data {
+            let page = 4096;
+            let start = (t.offset as usize).next_multiple_of(page);
+            let end = (t.offset as usize + t.n_bytes) / page * page;
+            if end > start && end <= map.len() {
+                // SAFETY: the range lies inside the map, whose pages are page-aligned from
+                // offset 0 (file offset 0), so `start` is a page boundary of the mapping. The
+                // map is a read-only shared mapping of the file: `MADV_DONTNEED` drops page
+                // table entries only, and any later read re-faults the file's unchanged bytes,
+                // so no borrowed slice ever observes different contents. Errors are ignored.
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = t;
+    }
 }

@@ -312,3 +312,39 @@ fn real_tensors_dequantize_finite() {
         }
     }
 }
+
+/// A mapped file's tensor pages, released after use, read back the same bytes, and the
+/// other tensors and the metadata are untouched; in-memory images ignore the call.
+#[test]
+fn released_tensor_pages_read_back_unchanged() {
+    // Several pages per tensor, so whole pages are actually released.
+    let big: Vec<u8> = (0..5 * 4096 * 4).map(|i| (i * 7 % 251) as u8).collect();
+    let other: Vec<u8> = (0..3 * 4096 * 4).map(|i| (i * 13 % 241) as u8).collect();
+    let bytes = GgufWriter::new()
+        .meta("t.str", MetaValue::Str("kept".into()))
+        .tensor("big", &[big.len() as u64 / 4], GgmlType::F32, big.clone())
+        .tensor(
+            "other",
+            &[other.len() as u64 / 4],
+            GgmlType::F32,
+            other.clone(),
+        )
+        .to_bytes();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    let t = f.tensor("big").unwrap().clone();
+    assert_eq!(f.tensor_data(&t), &big[..]);
+    f.release_tensor_pages(&t);
+    f.release_tensor_pages(&t); // twice is fine
+    assert_eq!(f.tensor_data(&t), &big[..]);
+    let o = f.tensor("other").unwrap();
+    assert_eq!(f.tensor_data(o), &other[..]);
+    assert_eq!(f.bytes(), &bytes[..]);
+
+    let mem = GgufFile::from_bytes(bytes.clone()).unwrap();
+    let t = mem.tensor("big").unwrap().clone();
+    mem.release_tensor_pages(&t);
+    assert_eq!(mem.tensor_data(&t), &big[..]);
+}

@@ -155,37 +155,11 @@ fn matrix(f: &GgufFile, name: &str) -> Result<QMatrix> {
     let data = f.tensor_data(t);
     let m = QMatrix::from_ggml(ty, t.n_rows(), t.row_len(), data)
         .map_err(|e| RuntimeError::Model(format!("{name}: {e}")))?;
-    // The repacked copy is all we use from now on: hand the file's pages back so peak
-    // RSS stays near one model size instead of mapped file + repacked copy.
-    release_pages(data);
+    // The repacked copy is all we use from now on: unmap the file's pages so peak RSS
+    // stays near one model size instead of mapped file + repacked copy (they stay in
+    // the page cache for the next process).
+    f.release_tensor_pages(t);
     Ok(m)
-}
-
-/// Asks the kernel to reclaim the whole pages inside `data` (`MADV_PAGEOUT`). The advice
-/// never changes contents: a file mapping's pages are re-read on the next access and
-/// anonymous pages are swapped (or kept), so it is safe whatever backs `data`.
-/// Failures (old kernels, other systems) are ignored: this only lowers memory use.
-pub(crate) fn release_pages(data: &[u8]) {
-    #[cfg(target_os = "linux")]
-    {
-        const PAGE: usize = 4096;
-        const MADV_PAGEOUT: i32 = 21;
-        extern "C" {
-            fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
-        }
-        let start = (data.as_ptr() as usize).next_multiple_of(PAGE);
-        let end = (data.as_ptr() as usize + data.len()) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: [start, end) lies inside `data`, a live borrowed allocation or
-            // mapping, and MADV_PAGEOUT is a non-destructive hint (contents are kept:
-            // re-read from the file or swapped), so no Rust reference is invalidated.
-            unsafe {
-                madvise(start as *mut std::ffi::c_void, end - start, MADV_PAGEOUT);
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = data;
 }
 
 fn vector(f: &GgufFile, name: &str) -> Result<Vec<f32>> {
@@ -202,19 +176,4 @@ fn vector(f: &GgufFile, name: &str) -> Result<Vec<f32>> {
     let mut out = vec![0.0; n];
     m.dequantize_row(0, &mut out);
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::release_pages;
-
-    #[test]
-    fn releasing_pages_keeps_contents() {
-        let data: Vec<u8> = (0..5 * 4096 + 123).map(|i| (i * 7 % 251) as u8).collect();
-        let copy = data.clone();
-        release_pages(&data);
-        release_pages(&data[100..200]);
-        release_pages(&[]);
-        assert_eq!(data, copy);
-    }
 }
