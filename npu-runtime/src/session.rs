@@ -39,15 +39,15 @@ impl Model {
             .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
         let config = ModelConfig::from_gguf(&f)
             .map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?;
-        let weights = ModelWeights::load(&f, &config)?;
-        let tokenizer = Tokenizer::from_gguf(&f)
-            .map_err(|e| RuntimeError::Model(format!("{}: tokenizer: {e}", path.display())))?;
-        let chat = ChatTemplate::from_gguf(&f);
         let threads = if opts.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
             opts.threads
         };
+        let weights = ModelWeights::load(&f, &config, threads)?;
+        let tokenizer = Tokenizer::from_gguf(&f)
+            .map_err(|e| RuntimeError::Model(format!("{}: tokenizer: {e}", path.display())))?;
+        let chat = ChatTemplate::from_gguf(&f);
         let mut eog: Vec<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
             .iter()
             .filter_map(|k| f.get_u32(k))

@@ -34,43 +34,75 @@ pub struct ModelWeights {
     pub output: Option<QMatrix>,
 }
 
+/// One unit of loading work: a layer, or one of the two vocabulary-sized matrices.
+enum Part {
+    Layer(Box<LayerWeights>),
+    Matrix(QMatrix),
+}
+
 impl ModelWeights {
-    pub fn load(f: &GgufFile, cfg: &ModelConfig) -> Result<Self> {
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for l in 0..cfg.n_layer {
-            let m = |n: &str| matrix(f, &layer_tensor_name(l, n));
-            let v = |n: &str| vector(f, &layer_tensor_name(l, n));
-            let bias = |n: &str| -> Result<Option<Vec<f32>>> {
-                if cfg.has_qkv_bias {
-                    v(n).map(Some)
-                } else {
-                    Ok(None)
+    /// Repacks every tensor, on up to `threads` threads: each layer and each vocabulary
+    /// matrix is one job, handed out largest first through an atomic counter. Loading is
+    /// mostly repacking and first-touch page faults, both of which scale with cores; the
+    /// result does not depend on the thread count (every job writes its own matrices), and
+    /// errors are reported in a fixed order (token_embd, output, layers 0..).
+    pub fn load(f: &GgufFile, cfg: &ModelConfig, threads: usize) -> Result<Self> {
+        // Jobs: 0 = token_embd, 1 = output (if untied), then the layers.
+        let n_jobs = 2 + cfg.n_layer;
+        let job = |j: usize| -> Result<Option<Part>> {
+            Ok(match j {
+                0 => Some(Part::Matrix(matrix(f, "token_embd.weight")?)),
+                1 if cfg.tied_embeddings => None,
+                1 => Some(Part::Matrix(matrix(f, "output.weight")?)),
+                l => Some(Part::Layer(Box::new(load_layer(f, cfg, l - 2)?))),
+            })
+        };
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let run = || {
+            let mut done = Vec::new();
+            loop {
+                let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if j >= n_jobs {
+                    return done;
                 }
-            };
-            layers.push(LayerWeights {
-                attn_norm: v("attn_norm.weight")?,
-                wq: m("attn_q.weight")?,
-                wk: m("attn_k.weight")?,
-                wv: m("attn_v.weight")?,
-                bq: bias("attn_q.bias")?,
-                bk: bias("attn_k.bias")?,
-                bv: bias("attn_v.bias")?,
-                wo: m("attn_output.weight")?,
-                ffn_norm: v("ffn_norm.weight")?,
-                w_gate: m("ffn_gate.weight")?,
-                w_up: m("ffn_up.weight")?,
-                w_down: m("ffn_down.weight")?,
-            });
+                done.push((j, job(j)));
+            }
+        };
+        let mut results: Vec<(usize, Result<Option<Part>>)> = std::thread::scope(|s| {
+            let workers: Vec<_> = (1..threads.clamp(1, n_jobs))
+                .map(|_| s.spawn(run))
+                .collect();
+            let mut all = run();
+            for w in workers {
+                // A panic while repacking is a bug, not bad input: pass it on.
+                all.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            all
+        });
+        results.sort_by_key(|(j, _)| *j);
+        let mut parts = results.into_iter().map(|(_, r)| r);
+        let mut next_part = || parts.next().expect("one result per job");
+        let token_embd = match next_part()? {
+            Some(Part::Matrix(m)) => m,
+            _ => unreachable!("job 0 is token_embd"),
+        };
+        let output = match next_part()? {
+            Some(Part::Matrix(m)) => Some(m),
+            None => None,
+            Some(Part::Layer(_)) => unreachable!("job 1 is output"),
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for _ in 0..cfg.n_layer {
+            match next_part()? {
+                Some(Part::Layer(l)) => layers.push(*l),
+                _ => unreachable!("jobs 2.. are layers"),
+            }
         }
         let w = ModelWeights {
-            token_embd: matrix(f, "token_embd.weight")?,
+            token_embd,
             layers,
             output_norm: vector(f, "output_norm.weight")?,
-            output: if cfg.tied_embeddings {
-                None
-            } else {
-                Some(matrix(f, "output.weight")?)
-            },
+            output,
         };
         w.check_shapes(cfg)?;
         Ok(w)
@@ -131,6 +163,32 @@ impl ModelWeights {
         }
         Ok(())
     }
+}
+
+fn load_layer(f: &GgufFile, cfg: &ModelConfig, l: usize) -> Result<LayerWeights> {
+    let m = |n: &str| matrix(f, &layer_tensor_name(l, n));
+    let v = |n: &str| vector(f, &layer_tensor_name(l, n));
+    let bias = |n: &str| -> Result<Option<Vec<f32>>> {
+        if cfg.has_qkv_bias {
+            v(n).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    Ok(LayerWeights {
+        attn_norm: v("attn_norm.weight")?,
+        wq: m("attn_q.weight")?,
+        wk: m("attn_k.weight")?,
+        wv: m("attn_v.weight")?,
+        bq: bias("attn_q.bias")?,
+        bk: bias("attn_k.bias")?,
+        bv: bias("attn_v.bias")?,
+        wo: m("attn_output.weight")?,
+        ffn_norm: v("ffn_norm.weight")?,
+        w_gate: m("ffn_gate.weight")?,
+        w_up: m("ffn_up.weight")?,
+        w_down: m("ffn_down.weight")?,
+    })
 }
 
 fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo> {
