@@ -69,8 +69,9 @@ impl ModelWeights {
             }
         };
         let mut results: Vec<(usize, Result<Option<Part>>)> = std::thread::scope(|s| {
+            // A thread that cannot be started only means fewer loaders.
             let workers: Vec<_> = (1..threads.clamp(1, n_jobs))
-                .map(|_| s.spawn(run))
+                .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, run).ok())
                 .collect();
             let mut all = run();
             for w in workers {
