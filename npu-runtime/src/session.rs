@@ -44,7 +44,8 @@ impl Model {
         } else {
             opts.threads
         };
-        let weights = ModelWeights::load(&f, &config, threads)?;
+        let pool = ThreadPool::new(threads);
+        let weights = ModelWeights::load(&f, &config, &pool)?;
         let tokenizer = Tokenizer::from_gguf(&f)
             .map_err(|e| RuntimeError::Model(format!("{}: tokenizer: {e}", path.display())))?;
         let chat = ChatTemplate::from_gguf(&f);
@@ -59,7 +60,7 @@ impl Model {
             path: path.to_path_buf(),
             config,
             weights,
-            pool: ThreadPool::new(threads),
+            pool,
             tokenizer,
             chat,
             eog,

@@ -4,10 +4,11 @@
 //! feature, which is exactly the `QMatrix` layout. Norm weights and biases become f32.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernels::{kernel_supported, QMatrix};
+use crate::kernels::{kernel_supported, QMatrix, ThreadPool};
 use graphs::config::{layer_tensor_name, ModelConfig};
 use graphs::gguf::{GgufFile, TensorInfo};
 use graphs::quant::GgmlType;
+use std::sync::Mutex;
 
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
@@ -34,71 +35,29 @@ pub struct ModelWeights {
     pub output: Option<QMatrix>,
 }
 
-/// One unit of loading work: a layer, or one of the two vocabulary-sized matrices.
-enum Part {
-    Layer(Box<LayerWeights>),
-    Matrix(QMatrix),
-}
-
 impl ModelWeights {
-    /// Repacks every tensor, on up to `threads` threads: each layer and each vocabulary
-    /// matrix is one job, handed out largest first through an atomic counter. Loading is
-    /// mostly repacking and first-touch page faults, both of which scale with cores; the
-    /// result does not depend on the thread count (every job writes its own matrices), and
-    /// errors are reported in a fixed order (token_embd, output, layers 0..).
-    pub fn load(f: &GgufFile, cfg: &ModelConfig, threads: usize) -> Result<Self> {
-        // Jobs: 0 = token_embd, 1 = output (if untied), then the layers.
-        let n_jobs = 2 + cfg.n_layer;
-        let job = |j: usize| -> Result<Option<Part>> {
-            Ok(match j {
-                0 => Some(Part::Matrix(matrix(f, "token_embd.weight")?)),
-                1 if cfg.tied_embeddings => None,
-                1 => Some(Part::Matrix(matrix(f, "output.weight")?)),
-                l => Some(Part::Layer(Box::new(load_layer(f, cfg, l - 2)?))),
-            })
-        };
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let run = || {
-            let mut done = Vec::new();
-            loop {
-                let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if j >= n_jobs {
-                    return done;
-                }
-                done.push((j, job(j)));
-            }
-        };
-        let mut results: Vec<(usize, Result<Option<Part>>)> = std::thread::scope(|s| {
-            // A thread that cannot be started only means fewer loaders.
-            let workers: Vec<_> = (1..threads.clamp(1, n_jobs))
-                .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, run).ok())
-                .collect();
-            let mut all = run();
-            for w in workers {
-                // A panic while repacking is a bug, not bad input: pass it on.
-                all.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            all
+    /// Repacks every tensor on `pool`'s threads: each layer and each vocabulary matrix is
+    /// one task, the two large vocabulary matrices first. Loading is mostly repacking and
+    /// first-touch page faults, both of which scale with cores; the result does not depend
+    /// on the thread count (every task writes its own matrices), and errors are reported
+    /// in a fixed order (token_embd, output, layers 0..).
+    pub fn load(f: &GgufFile, cfg: &ModelConfig, pool: &ThreadPool) -> Result<Self> {
+        let vocab: [Slot<QMatrix>; 2] = Default::default();
+        let layer_slots: Vec<Slot<LayerWeights>> =
+            (0..cfg.n_layer).map(|_| Mutex::new(None)).collect();
+        pool.parallel_for(2 + cfg.n_layer, &|j| match j {
+            0 => put(&vocab[0], matrix(f, "token_embd.weight")),
+            1 if cfg.tied_embeddings => {}
+            1 => put(&vocab[1], matrix(f, "output.weight")),
+            l => put(&layer_slots[l - 2], load_layer(f, cfg, l - 2)),
         });
-        results.sort_by_key(|(j, _)| *j);
-        let mut parts = results.into_iter().map(|(_, r)| r);
-        let mut next_part = || parts.next().expect("one result per job");
-        let token_embd = match next_part()? {
-            Some(Part::Matrix(m)) => m,
-            _ => unreachable!("job 0 is token_embd"),
-        };
-        let output = match next_part()? {
-            Some(Part::Matrix(m)) => Some(m),
-            None => None,
-            Some(Part::Layer(_)) => unreachable!("job 1 is output"),
-        };
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for _ in 0..cfg.n_layer {
-            match next_part()? {
-                Some(Part::Layer(l)) => layers.push(*l),
-                _ => unreachable!("jobs 2.. are layers"),
-            }
-        }
+        let [embd_slot, output_slot] = vocab;
+        let token_embd = take(embd_slot).expect("the token_embd task ran")?;
+        let output = take(output_slot).transpose()?;
+        let layers = layer_slots
+            .into_iter()
+            .map(|slot| take(slot).expect("every layer task ran"))
+            .collect::<Result<Vec<_>>>()?;
         let w = ModelWeights {
             token_embd,
             layers,
@@ -164,6 +123,17 @@ impl ModelWeights {
         }
         Ok(())
     }
+}
+
+/// One loading task's result, written by the pool thread that ran it.
+type Slot<T> = Mutex<Option<Result<T>>>;
+
+fn put<T>(slot: &Slot<T>, v: Result<T>) {
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+}
+
+fn take<T>(slot: Slot<T>) -> Option<Result<T>> {
+    slot.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 fn load_layer(f: &GgufFile, cfg: &ModelConfig, l: usize) -> Result<LayerWeights> {
