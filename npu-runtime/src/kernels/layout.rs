@@ -30,6 +30,7 @@
 use half::f16;
 
 use super::ggml::{decode_block, Block32, GgmlType};
+use graphs::quant::scale_min_k4;
 
 pub(crate) const GROUP: usize = 16;
 
@@ -122,9 +123,26 @@ pub(crate) fn pack_group(
         }
         _ => {}
     }
+    for (i, row) in src_rows.iter().enumerate() {
+        if !pack_row_direct(ty, i, row, codes, high, scales) {
+            pack_row_decoded(ty, i, row, codes, high, scales);
+        }
+    }
+}
+
+/// Packs row `i` of a group through [`decode_block`] (any quantized format): the
+/// reference that [`pack_row_direct`] reproduces.
+fn pack_row_decoded(
+    ty: GgmlType,
+    i: usize,
+    row: &[u8],
+    codes: &mut [u8],
+    high: &mut [u8],
+    scales: &mut [u8],
+) {
     let per = ty.block_size() / 32;
     let mut blocks = [Block32::default(); 8];
-    for (i, row) in src_rows.iter().enumerate() {
+    {
         for (sb, raw) in row.chunks_exact(ty.type_size()).enumerate() {
             decode_block(ty, raw, &mut blocks[..per]);
             for (j, blk) in blocks[..per].iter().enumerate() {
@@ -156,6 +174,125 @@ pub(crate) fn pack_group(
             }
         }
     }
+}
+
+/// Row `i`'s 16 code bytes of a block (`nib[k]` = low nibble of code k | low nibble of
+/// code k + 16, shifted) go to bytes `4i..4i+4` of the block's 4 vectors.
+#[inline(always)]
+fn put_nibbles(codes: &mut [u8], b: usize, i: usize, nib: &[u8; 16]) {
+    let v = &mut codes[b * 256..(b + 1) * 256];
+    for p in 0..4 {
+        v[p * 64 + 4 * i..p * 64 + 4 * i + 4].copy_from_slice(&nib[4 * p..4 * p + 4]);
+    }
+}
+
+/// The code bytes of a block whose codes' low nibbles are the low (`upper = false`) or
+/// high nibbles of `q[0..32]` (ggml's Q4_K/Q6_K sub-block pairs).
+#[inline(always)]
+fn nibbles_of(q: &[u8], upper: bool) -> [u8; 16] {
+    std::array::from_fn(|k| {
+        if upper {
+            (q[k] >> 4) | (q[k + 16] & 0xF0)
+        } else {
+            (q[k] & 0xF) | (q[k + 16] << 4)
+        }
+    })
+}
+
+/// Packs row `i` of a group straight from the ggml bytes for the formats models use
+/// (the same bytes as [`pack_row_decoded`], without the per-code decode and scatter
+/// that made loading slow: KERNELS.md 44); `false` for the other formats.
+fn pack_row_direct(
+    ty: GgmlType,
+    i: usize,
+    row: &[u8],
+    codes: &mut [u8],
+    high: &mut [u8],
+    scales: &mut [u8],
+) -> bool {
+    match ty {
+        GgmlType::Q8_0 => {
+            for (b, raw) in row.chunks_exact(34).enumerate() {
+                put_f16(
+                    &mut scales[b * 32..],
+                    i,
+                    u16::from_le_bytes([raw[0], raw[1]]),
+                );
+                let v = &mut codes[b * 512..(b + 1) * 512];
+                for c in 0..8 {
+                    for e in 0..4 {
+                        // Codes are stored biased: q + 128 = q ^ 0x80 as a byte.
+                        v[c * 64 + 4 * i + e] = raw[2 + 4 * c + e] ^ 0x80;
+                    }
+                }
+            }
+        }
+        GgmlType::Q4_0 | GgmlType::Q5_0 => {
+            let q5 = ty == GgmlType::Q5_0;
+            let (ts, qs) = if q5 { (22, 6) } else { (18, 2) };
+            for (b, raw) in row.chunks_exact(ts).enumerate() {
+                put_f16(
+                    &mut scales[b * 32..],
+                    i,
+                    u16::from_le_bytes([raw[0], raw[1]]),
+                );
+                // ggml's qs[k] already is code k | code k + 16 << 4 (low nibbles).
+                let nib: &[u8; 16] = raw[qs..qs + 16].try_into().expect("16 bytes");
+                put_nibbles(codes, b, i, nib);
+                if q5 {
+                    // Bit 4 of code k is bit k of qh; chunk c's four bits share a byte
+                    // with the neighbouring row's.
+                    let qh = u32::from_le_bytes([raw[2], raw[3], raw[4], raw[5]]);
+                    let h = &mut high[b * 64..(b + 1) * 64];
+                    for c in 0..8 {
+                        h[c * 8 + i / 2] |= (((qh >> (4 * c)) & 0xF) as u8) << (4 * (i % 2));
+                    }
+                }
+            }
+        }
+        GgmlType::Q4K => {
+            for (sb, raw) in row.chunks_exact(144).enumerate() {
+                let (sc, qs) = (&raw[4..16], &raw[16..144]);
+                let s = &mut scales[sb * 320..(sb + 1) * 320];
+                put_f16(s, i, u16::from_le_bytes([raw[0], raw[1]]));
+                put_f16(&mut s[32..], i, u16::from_le_bytes([raw[2], raw[3]]));
+                for j in 0..8 {
+                    let (scale, min) = scale_min_k4(j, sc);
+                    s[Q4K_SC + 16 * j + i] = scale;
+                    s[Q4K_MQ + 32 * (j / 2) + 2 * i + j % 2] = min;
+                    let nib = nibbles_of(&qs[32 * (j / 2)..32 * (j / 2) + 32], j % 2 == 1);
+                    put_nibbles(codes, sb * 8 + j, i, &nib);
+                }
+            }
+        }
+        GgmlType::Q6K => {
+            for (sb, raw) in row.chunks_exact(210).enumerate() {
+                let (ql, qh, sc) = (&raw[..128], &raw[128..192], &raw[192..208]);
+                let s = &mut scales[sb * 320..(sb + 1) * 320];
+                put_f16(s, i, u16::from_le_bytes([raw[208], raw[209]]));
+                for j in 0..8 {
+                    let (half, r) = (j / 4, j % 4);
+                    s[Q6K_SUB + 32 * j + 2 * i] = sc[2 * j];
+                    s[Q6K_SUB + 32 * j + 2 * i + 1] = sc[2 * j + 1];
+                    let l0 = 64 * half + 32 * (r % 2);
+                    let b = sb * 8 + j;
+                    put_nibbles(codes, b, i, &nibbles_of(&ql[l0..l0 + 32], r >= 2));
+                    // Bits 4..6 of code 16q + 4kk + e at bits 2kk.. of byte 4i + e of vector q.
+                    let q2 = &qh[32 * half..32 * half + 32];
+                    let h = &mut high[b * 128..(b + 1) * 128];
+                    for q in 0..2 {
+                        for e in 0..4 {
+                            h[q * 64 + 4 * i + e] = (0..4).fold(0u8, |acc, kk| {
+                                acc | ((q2[16 * q + 4 * kk + e] >> (2 * r)) & 3) << (2 * kk)
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
 }
 
 fn put_codes(ty: GgmlType, b: usize, i: usize, c: &[u8; 32], codes: &mut [u8], high: &mut [u8]) {
@@ -301,5 +438,51 @@ pub(crate) fn dequantize_tile_row(ty: GgmlType, t: &Tile, i: usize, y: &mut [f32
             GgmlType::Q6K => d * t.sub[i][k / 16] as f32 * (c - z) as f32,
             _ => (c - z) as f32 * d,
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::ggml::QUANT_TYPES;
+
+    /// The direct packers write exactly the bytes of the decode-and-scatter reference, for
+    /// every format they take, all 16 row slots and a partial group, from random bytes.
+    #[test]
+    fn direct_packing_equals_decoded_packing() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut byte = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        };
+        let mut direct_types = 0;
+        for ty in QUANT_TYPES {
+            let cols = 512;
+            let p = Planes::new(ty, cols);
+            let rb = ty.row_bytes(cols).unwrap();
+            for n_rows in [GROUP, 5] {
+                let rows: Vec<Vec<u8>> = (0..n_rows)
+                    .map(|_| (0..rb).map(|_| byte()).collect())
+                    .collect();
+                let (mut want, mut got) = (vec![0u8; p.group_bytes()], vec![0u8; p.group_bytes()]);
+                let mut direct = true;
+                for (i, row) in rows.iter().enumerate() {
+                    let (c, rest) = want.split_at_mut(p.codes);
+                    let (h, s) = rest.split_at_mut(p.high);
+                    pack_row_decoded(ty, i, row, c, h, s);
+                    let (c, rest) = got.split_at_mut(p.codes);
+                    let (h, s) = rest.split_at_mut(p.high);
+                    direct &= pack_row_direct(ty, i, row, c, h, s);
+                }
+                if direct {
+                    assert!(want == got, "{ty:?} with {n_rows} rows");
+                    direct_types += 1;
+                }
+            }
+        }
+        // Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, each full and partial.
+        assert_eq!(direct_types, 10);
     }
 }
