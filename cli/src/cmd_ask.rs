@@ -88,6 +88,8 @@ pub fn run(a: Args) -> Result<()> {
     let answer = assistant
         .ask(&a.question, &ask, &mut on_text)
         .context("answering")?;
+    // A first run repacked the model: let the cache write finish so the next run maps it.
+    assistant.finish_background_work();
     if json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
         return Ok(());

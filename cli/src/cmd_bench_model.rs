@@ -248,6 +248,7 @@ pub fn run(args: Args) -> Result<()> {
         &path,
         &LoadOptions {
             threads: args.threads,
+            ..Default::default()
         },
     )
     .with_context(|| format!("loading {}", path.display()))?;

@@ -436,6 +436,7 @@ fn load_model(args: &Args) -> anyhow::Result<std::sync::Arc<npu_runtime::session
         &path,
         &LoadOptions {
             threads: args.threads,
+            ..Default::default()
         },
     )?)
 }

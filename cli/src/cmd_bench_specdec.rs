@@ -223,6 +223,7 @@ pub fn run(args: Args) -> Result<()> {
         &path,
         &LoadOptions {
             threads: args.threads,
+            ..Default::default()
         },
     )?;
     let ids: Vec<i64> = questions.iter().map(|q| q.0).collect();

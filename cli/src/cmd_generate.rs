@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::StreamDecoder;
 use npu_runtime::session::{generate_greedy, LoadOptions, Model, Session, SessionOptions};
+use npu_runtime::weights_cache::WeightsCache;
 use std::io::Write;
 
 #[derive(clap::Args)]
@@ -103,6 +104,7 @@ pub fn run(args: Args) -> Result<()> {
         &path,
         &LoadOptions {
             threads: args.threads,
+            weights_cache: WeightsCache::default_dir(),
         },
     )
     .with_context(|| format!("loading {}", path.display()))?;
@@ -177,5 +179,7 @@ pub fn run(args: Args) -> Result<()> {
             stats.prompt_tokens, stats.prefill_ms, stats.generated, stats.decode_tok_s
         );
     }
+    // A first run repacked the model: let the cache write finish so the next run maps it.
+    model.wait_weights_cache();
     Ok(())
 }

@@ -4,12 +4,14 @@
 //!
 //! cargo run --release -p npu-runtime --example verify_profile -- \
 //!     --model ~/.cache/rag/models/qwen2.5-coder-0.5b.gguf --depth 1000 --ns 1,8,16 --reps 10
+//! `--weights-cache DIR` loads through a repacked-weights cache in DIR (`weights_cache`).
 //! `--only N --secs S` loops one size for S seconds (for `perf record`).
 //! `--argmax` runs `forward_tree_argmax` (the verify path: argmax per row, no logits);
 //! `--compare-argmax` alternates `forward_tree` and `forward_tree_argmax` rep by rep in
 //! one process and reports both (an A/B that a loaded machine disturbs least).
 
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use npu_runtime::weights_cache::WeightsCache;
 use std::time::Instant;
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
@@ -55,7 +57,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let secs: f64 = arg(&args, "--secs", "10").parse()?;
     let argmax_only = args.iter().any(|a| a == "--argmax");
     let compare = args.iter().any(|a| a == "--compare-argmax");
-    let model = Model::load(std::path::Path::new(&path), &LoadOptions { threads })?;
+    let cache = arg(&args, "--weights-cache", "");
+    let opts = LoadOptions {
+        threads,
+        weights_cache: if cache.is_empty() {
+            WeightsCache::Off
+        } else {
+            WeightsCache::Dir(cache.into())
+        },
+    };
+    let t_load = Instant::now();
+    let model = Model::load(std::path::Path::new(&path), &opts)?;
+    println!(
+        "load {:.0} ms, weights cache: {:?}",
+        t_load.elapsed().as_secs_f64() * 1e3,
+        model.weights_cache()
+    );
     let (rss, peak) = rss_mb();
     println!("after load: RSS {rss:.0} MB, peak {peak:.0} MB");
     let mut s = Session::new(
@@ -142,5 +159,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (rss, peak) = rss_mb();
     println!("end: RSS {rss:.0} MB, peak {peak:.0} MB");
+    println!("weights cache: {:?}", model.wait_weights_cache());
     Ok(())
 }

@@ -13,3 +13,4 @@ pub mod session;
 #[cfg(test)]
 mod test_rng;
 pub mod weights;
+pub mod weights_cache;

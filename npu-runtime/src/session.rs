@@ -7,19 +7,23 @@ use crate::error::{Result, RuntimeError};
 use crate::kernels::ThreadPool;
 use crate::kv_cache::KvCache;
 use crate::weights::ModelWeights;
+use crate::weights_cache::{self, CacheOutcome, WeightsCache};
 use graphs::chat::ChatTemplate;
 use graphs::config::ModelConfig;
 use graphs::gguf::GgufFile;
 use graphs::ir::{cover_with_shapes, decode_shape_for, BlockSpec, GraphShape, DECODE_SHAPES};
 use graphs::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     /// Compute threads (caller included); 0 = all available cores.
     pub threads: usize,
+    /// Map repacked weights from a cache file instead of repacking (`weights_cache`);
+    /// off by default, on in the CLI and `rag::Assistant`.
+    pub weights_cache: WeightsCache,
 }
 
 /// A loaded model, shareable between sessions.
@@ -31,6 +35,12 @@ pub struct Model {
     tokenizer: Tokenizer,
     chat: ChatTemplate,
     eog: Vec<u32>,
+    cache: Mutex<CacheOutcome>,
+    cache_writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Model {
@@ -45,7 +55,26 @@ impl Model {
             opts.threads
         };
         let pool = ThreadPool::new(threads);
-        let weights = ModelWeights::load(&f, &config, &pool)?;
+        let cached = match &opts.weights_cache {
+            WeightsCache::Dir(dir) => weights_cache::open(dir, path, &f),
+            WeightsCache::Off => None,
+        };
+        let (weights, all_cached) = ModelWeights::load(&f, &config, &pool, cached.as_ref())?;
+        // After a repack, the cache is written by a background thread once the model is
+        // built (a first run does not wait for a ~1 GB write and sync before answering).
+        let pending = match &opts.weights_cache {
+            WeightsCache::Dir(dir) if !all_cached => {
+                Some((dir.clone(), weights_cache::key(path, &f)))
+            }
+            _ => None,
+        };
+        let cache = match &opts.weights_cache {
+            WeightsCache::Off => CacheOutcome::Off,
+            WeightsCache::Dir(dir) if all_cached => {
+                CacheOutcome::Hit(weights_cache::cache_path(dir, path))
+            }
+            WeightsCache::Dir(dir) => CacheOutcome::Writing(weights_cache::cache_path(dir, path)),
+        };
         let tokenizer = Tokenizer::from_gguf(&f)
             .map_err(|e| RuntimeError::Model(format!("{}: tokenizer: {e}", path.display())))?;
         let chat = ChatTemplate::from_gguf(&f);
@@ -56,7 +85,7 @@ impl Model {
             .collect();
         eog.sort_unstable();
         eog.dedup();
-        Ok(Arc::new(Model {
+        let model = Arc::new(Model {
             path: path.to_path_buf(),
             config,
             weights,
@@ -64,7 +93,47 @@ impl Model {
             tokenizer,
             chat,
             eog,
-        }))
+            cache: Mutex::new(cache),
+            cache_writer: Mutex::new(None),
+        });
+        if let Some((dir, key)) = pending {
+            let m = model.clone();
+            let write = move || {
+                let outcome = match key.and_then(|k| {
+                    weights_cache::store(&dir, &m.path, k, &m.weights.named_matrices())
+                }) {
+                    Ok(p) => CacheOutcome::Written(p),
+                    Err(e) => {
+                        tracing::warn!("repacked-weights cache in {}: {e}", dir.display());
+                        CacheOutcome::NotWritten(e.to_string())
+                    }
+                };
+                *lock(&m.cache) = outcome;
+            };
+            let spawned = std::thread::Builder::new()
+                .name("rag-weights-cache".into())
+                .spawn(write);
+            match spawned {
+                Ok(handle) => *lock(&model.cache_writer) = Some(handle),
+                Err(e) => *lock(&model.cache) = CacheOutcome::NotWritten(e.to_string()),
+            }
+        }
+        Ok(model)
+    }
+
+    /// What loading did with the repacked-weights cache (`Writing` while the background
+    /// write after a repack is still running).
+    pub fn weights_cache(&self) -> CacheOutcome {
+        lock(&self.cache).clone()
+    }
+
+    /// Waits for the background cache write, if any, and returns the outcome. A short-lived
+    /// process calls this before exiting so the next run finds the cache.
+    pub fn wait_weights_cache(&self) -> CacheOutcome {
+        if let Some(h) = lock(&self.cache_writer).take() {
+            let _ = h.join();
+        }
+        self.weights_cache()
     }
 
     pub fn path(&self) -> &Path {

@@ -5,9 +5,11 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::kernels::{kernel_supported, QMatrix, ThreadPool};
+use crate::weights_cache::Cached;
 use graphs::config::{layer_tensor_name, ModelConfig};
 use graphs::gguf::{GgufFile, TensorInfo};
 use graphs::quant::GgmlType;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 pub struct LayerWeights {
@@ -41,15 +43,29 @@ impl ModelWeights {
     /// first-touch page faults, both of which scale with cores; the result does not depend
     /// on the thread count (every task writes its own matrices), and errors are reported
     /// in a fixed order (token_embd, output, layers 0..).
-    pub fn load(f: &GgufFile, cfg: &ModelConfig, pool: &ThreadPool) -> Result<Self> {
+    ///
+    /// Matrices that `cached` holds (a repacked-weights cache made for this file, see
+    /// `weights_cache`) are mapped from it instead of repacked; the returned flag says
+    /// whether every matrix came from there.
+    pub fn load(
+        f: &GgufFile,
+        cfg: &ModelConfig,
+        pool: &ThreadPool,
+        cached: Option<&Cached>,
+    ) -> Result<(Self, bool)> {
+        let src = Source {
+            f,
+            cached,
+            repacked: AtomicBool::new(false),
+        };
         let vocab: [Slot<QMatrix>; 2] = Default::default();
         let layer_slots: Vec<Slot<LayerWeights>> =
             (0..cfg.n_layer).map(|_| Mutex::new(None)).collect();
         pool.parallel_for(2 + cfg.n_layer, &|j| match j {
-            0 => put(&vocab[0], matrix(f, "token_embd.weight")),
+            0 => put(&vocab[0], src.matrix("token_embd.weight")),
             1 if cfg.tied_embeddings => {}
-            1 => put(&vocab[1], matrix(f, "output.weight")),
-            l => put(&layer_slots[l - 2], load_layer(f, cfg, l - 2)),
+            1 => put(&vocab[1], src.matrix("output.weight")),
+            l => put(&layer_slots[l - 2], load_layer(&src, cfg, l - 2)),
         });
         let [embd_slot, output_slot] = vocab;
         let token_embd = take(embd_slot).expect("the token_embd task ran")?;
@@ -65,7 +81,29 @@ impl ModelWeights {
             output,
         };
         w.check_shapes(cfg)?;
-        Ok(w)
+        let all_cached = cached.is_some() && !src.repacked.into_inner();
+        Ok((w, all_cached))
+    }
+
+    /// Every matrix with its GGUF tensor name (what a repacked-weights cache stores).
+    pub fn named_matrices(&self) -> Vec<(String, &QMatrix)> {
+        let mut v = vec![("token_embd.weight".to_string(), &self.token_embd)];
+        if let Some(o) = &self.output {
+            v.push(("output.weight".to_string(), o));
+        }
+        for (l, w) in self.layers.iter().enumerate() {
+            let named = [
+                ("attn_q.weight", &w.wq),
+                ("attn_k.weight", &w.wk),
+                ("attn_v.weight", &w.wv),
+                ("attn_output.weight", &w.wo),
+                ("ffn_gate.weight", &w.w_gate),
+                ("ffn_up.weight", &w.w_up),
+                ("ffn_down.weight", &w.w_down),
+            ];
+            v.extend(named.map(|(n, m)| (layer_tensor_name(l, n), m)));
+        }
+        v
     }
 
     pub fn lm_head(&self) -> &QMatrix {
@@ -136,9 +174,9 @@ fn take<T>(slot: Slot<T>) -> Option<Result<T>> {
     slot.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
-fn load_layer(f: &GgufFile, cfg: &ModelConfig, l: usize) -> Result<LayerWeights> {
-    let m = |n: &str| matrix(f, &layer_tensor_name(l, n));
-    let v = |n: &str| vector(f, &layer_tensor_name(l, n));
+fn load_layer(src: &Source, cfg: &ModelConfig, l: usize) -> Result<LayerWeights> {
+    let m = |n: &str| src.matrix(&layer_tensor_name(l, n));
+    let v = |n: &str| vector(src.f, &layer_tensor_name(l, n));
     let bias = |n: &str| -> Result<Option<Vec<f32>>> {
         if cfg.has_qkv_bias {
             v(n).map(Some)
@@ -167,20 +205,43 @@ fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo> {
         .ok_or_else(|| RuntimeError::Model(format!("missing tensor '{name}'")))
 }
 
-fn matrix(f: &GgufFile, name: &str) -> Result<QMatrix> {
-    let t = info(f, name)?;
-    if t.dims.len() != 2 {
-        return Err(RuntimeError::Model(format!(
-            "{name}: expected 2 dimensions, got {:?}",
-            t.dims
-        )));
+/// Where matrices come from: the cache when it has them, else the GGUF (repacked).
+struct Source<'a> {
+    f: &'a GgufFile,
+    cached: Option<&'a Cached>,
+    /// Set when some matrix had to be repacked.
+    repacked: AtomicBool,
+}
+
+impl Source<'_> {
+    fn matrix(&self, name: &str) -> Result<QMatrix> {
+        let f = self.f;
+        let t = info(f, name)?;
+        if t.dims.len() != 2 {
+            return Err(RuntimeError::Model(format!(
+                "{name}: expected 2 dimensions, got {:?}",
+                t.dims
+            )));
+        }
+        let ty = t.ggml_type;
+        if !kernel_supported(ty) {
+            return Err(RuntimeError::Model(format!(
+                "{name}: tensor type {ty:?} is not supported by the CPU kernels"
+            )));
+        }
+        if let Some(m) = self
+            .cached
+            .and_then(|c| c.matrix(name, ty, t.n_rows(), t.row_len()))
+        {
+            return Ok(m);
+        }
+        self.repacked.store(true, Ordering::Relaxed);
+        repack(f, t)
     }
-    let ty = t.ggml_type;
-    if !kernel_supported(ty) {
-        return Err(RuntimeError::Model(format!(
-            "{name}: tensor type {ty:?} is not supported by the CPU kernels"
-        )));
-    }
+}
+
+fn repack(f: &GgufFile, t: &TensorInfo) -> Result<QMatrix> {
+    let (name, ty) = (&t.name, t.ggml_type);
     let data = f.tensor_data(t);
     let m = QMatrix::from_ggml(ty, t.n_rows(), t.row_len(), data)
         .map_err(|e| RuntimeError::Model(format!("{name}: {e}")))?;

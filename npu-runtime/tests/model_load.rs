@@ -45,11 +45,25 @@ fn loader_thread_count_does_not_change_the_model() {
     // The session's compute threads equal the loader's; the kernels are thread-count
     // invariant (tested elsewhere), so a difference here can only come from loading.
     let one = logits_after(
-        Model::load(&path, &LoadOptions { threads: 1 }).unwrap(),
+        Model::load(
+            &path,
+            &LoadOptions {
+                threads: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
         &tokens,
     );
     let three = logits_after(
-        Model::load(&path, &LoadOptions { threads: 3 }).unwrap(),
+        Model::load(
+            &path,
+            &LoadOptions {
+                threads: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
         &tokens,
     );
     assert_eq!(one.len(), three.len());

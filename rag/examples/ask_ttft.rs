@@ -3,7 +3,7 @@
 //! embedder load, index opening and retrieval, as `rag ask` does).
 //!
 //!     cargo run --release -p rag --example ask_ttft -- INDEX_DIR "QUESTION" [--preload]
-//!         [--model M] [--max-tokens N]
+//!         [--model M] [--max-tokens N] [--no-weights-cache]
 //!
 //! Prints one JSON line: wall milliseconds from the start of `main` to the end of
 //! `Assistant::open` (embedder load, index open), to the first answer text (`ttft_ms`), the
@@ -11,6 +11,7 @@
 //! those two points, which on a shared machine says more than wall time.
 
 use anyhow::{Context, Result};
+use npu_runtime::weights_cache::WeightsCache;
 use rag::assistant::{AskOptions, Assistant, AssistantOptions};
 use std::time::Instant;
 
@@ -40,6 +41,7 @@ fn main() -> Result<()> {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--preload" => opts.preload_model = true,
+            "--no-weights-cache" => opts.weights_cache = WeightsCache::Off,
             "--model" => opts.model = args.next().context("--model M")?,
             "--max-tokens" => max_tokens = args.next().context("--max-tokens N")?.parse()?,
             other => anyhow::bail!("unknown argument {other}"),
@@ -52,6 +54,7 @@ fn main() -> Result<()> {
         "no index at {index_dir}: run `rag index DIR --index-dir {index_dir}` first"
     );
     let preload = opts.preload_model;
+    let opts_cache = opts.weights_cache.clone();
     let assistant = Assistant::open(opts)?;
     let open_ms = ms(t0);
     let open_cpu = cpu_ms();
@@ -67,10 +70,13 @@ fn main() -> Result<()> {
         true
     })?;
     let (ttft_ms, ttft_cpu) = first.context("the model produced no text")?;
+    let cached = !matches!(opts_cache, WeightsCache::Off);
+    assistant.finish_background_work();
     println!(
         "{}",
         serde_json::json!({
             "preload": preload,
+            "weights_cache": cached,
             "open_ms": open_ms,
             "open_cpu_ms": open_cpu,
             "retrieve_ms": answer.timings.retrieve_ms,

@@ -57,6 +57,7 @@ use anyhow::{anyhow, Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use npu_runtime::weights_cache::WeightsCache;
 use serde::Serialize;
 use specdec::curve_cache::{self, CurveKey};
 use specdec::generate::{GenConfig, Generator};
@@ -88,6 +89,9 @@ pub struct AssistantOptions {
     /// the load overlaps the embedder load, index opening and retrieval (a CLI that asks at
     /// once). Off by default: retrieval-only callers never pay for the model.
     pub preload_model: bool,
+    /// Where repacked model weights are cached between runs (loading maps them instead of
+    /// repacking; ~1 model size of disk). Default: `<model cache>/repacked`.
+    pub weights_cache: WeightsCache,
 }
 
 impl AssistantOptions {
@@ -101,6 +105,7 @@ impl AssistantOptions {
             spec: Mode::Sdnpu,
             token_db_max_tokens: specdec::tokendb::DEFAULT_MAX_TOKENS,
             preload_model: false,
+            weights_cache: WeightsCache::default_dir(),
         }
     }
 }
@@ -256,9 +261,13 @@ pub struct Assistant {
 type LoadedModel = (PathBuf, Arc<Model>);
 
 /// Resolve (fetching on first use) and load the generation model.
-fn load_model_file(name: &str, threads: usize) -> Result<LoadedModel> {
+fn load_model_file(name: &str, threads: usize, weights_cache: WeightsCache) -> Result<LoadedModel> {
     let path = models::ensure(name)?;
-    let model = Model::load(&path, &LoadOptions { threads })?;
+    let opts = LoadOptions {
+        threads,
+        weights_cache,
+    };
+    let model = Model::load(&path, &opts)?;
     Ok((path, model))
 }
 
@@ -266,8 +275,9 @@ impl Assistant {
     /// Open (or create) the index; the LLM is loaded on the first question.
     pub fn open(opts: AssistantOptions) -> Result<Self> {
         let preloading = opts.preload_model.then(|| {
-            let (name, threads) = (opts.model.clone(), opts.threads);
-            std::thread::spawn(move || load_model_file(&name, threads))
+            let (name, threads, cache) =
+                (opts.model.clone(), opts.threads, opts.weights_cache.clone());
+            std::thread::spawn(move || load_model_file(&name, threads, cache))
         });
         let embedder: Option<Arc<dyn Embedder>> = if opts.dense {
             let dir = models::ensure(models::DEFAULT_EMBEDDER)?;
@@ -457,6 +467,15 @@ impl Assistant {
         self.llm().map(|_| ())
     }
 
+    /// Waits for work that outlives an answer: writing the repacked-weights cache after
+    /// the model's first load. A short-lived process (the CLI) calls this before exiting so
+    /// the next run finds the cache; a long-lived one need not.
+    pub fn finish_background_work(&self) {
+        if let Some(l) = self.llm.get() {
+            l.model.wait_weights_cache();
+        }
+    }
+
     /// Name or path of the generation model.
     pub fn model_name(&self) -> &str {
         &self.opts.model
@@ -488,7 +507,11 @@ impl Assistant {
             Some(handle) => handle
                 .join()
                 .map_err(|_| anyhow!("the model loading thread panicked"))??,
-            None => load_model_file(&self.opts.model, self.opts.threads)?,
+            None => load_model_file(
+                &self.opts.model,
+                self.opts.threads,
+                self.opts.weights_cache.clone(),
+            )?,
         };
         if let Some(w) = model.chat_template().warning() {
             tracing::warn!("{w}");

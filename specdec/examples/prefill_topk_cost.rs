@@ -37,8 +37,14 @@ fn main() {
     let k: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4);
     let reps: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(2);
     let window: usize = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(256);
-    let model =
-        Model::load(std::path::Path::new(&args[1]), &LoadOptions { threads: 2 }).expect("model");
+    let model = Model::load(
+        std::path::Path::new(&args[1]),
+        &LoadOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("model");
     let text = std::fs::read_to_string(&args[2]).expect("prompt tokens");
     let prompts: Vec<Vec<u32>> = text
         .lines()

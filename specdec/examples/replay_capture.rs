@@ -21,8 +21,14 @@ fn main() {
     let max_tokens: usize = a[5].parse().expect("MAX_TOKENS");
     let k: usize = a[6].parse().expect("K");
     let threads: usize = a.get(8).and_then(|s| s.parse().ok()).unwrap_or(2);
-    let model =
-        Model::load(std::path::Path::new(model_path), &LoadOptions { threads }).expect("model");
+    let model = Model::load(
+        std::path::Path::new(model_path),
+        &LoadOptions {
+            threads,
+            ..Default::default()
+        },
+    )
+    .expect("model");
     let text = std::fs::read_to_string(dataset).expect("dataset");
     let mut qs = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {

@@ -100,6 +100,44 @@ fn put_f16(dst: &mut [u8], i: usize, bits: u16) {
     dst[2 * i..2 * i + 2].copy_from_slice(&bits.to_le_bytes());
 }
 
+/// A hash of the bytes [`pack_group`] writes for fixed pseudo-random rows of every
+/// supported type (and of the plane sizes): it changes whenever the layout does, so a
+/// cache of repacked weights made by another layout is never used (`weights_cache`).
+pub fn layout_fingerprint() -> u64 {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut eat = |b: u8| h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    let mut types = vec![GgmlType::F32, GgmlType::F16];
+    types.extend(super::ggml::QUANT_TYPES);
+    for ty in types {
+        let cols = 512;
+        let rb = ty
+            .row_bytes(cols)
+            .expect("512 columns fit every block size");
+        let rows: Vec<Vec<u8>> = (0..GROUP)
+            .map(|_| {
+                (0..rb)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
+        let p = Planes::new(ty, cols);
+        let mut group = vec![0u8; p.group_bytes()];
+        pack_group(ty, cols, &refs, &p, &mut group);
+        for v in [ty.to_u32() as usize, GROUP, p.codes, p.high, p.scales] {
+            v.to_le_bytes().into_iter().for_each(&mut eat);
+        }
+        group.into_iter().for_each(&mut eat);
+    }
+    h
+}
+
 /// Repack one group of up to 16 rows (`src_rows[i]` = ggml bytes of row i).
 pub(crate) fn pack_group(
     ty: GgmlType,

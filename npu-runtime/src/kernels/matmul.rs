@@ -8,6 +8,7 @@ use super::silu::silu_mul_unchecked;
 use super::simd::{detected, Isa};
 use super::{portable, KernelError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -24,7 +25,20 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     planes: Planes,
-    data: Vec<Line>,
+    data: Storage,
+}
+
+/// Where a matrix's repacked bytes live.
+enum Storage {
+    /// Repacked at load.
+    Owned(Vec<Line>),
+    /// A 64-byte aligned range of a read-only file mapping (a repacked-weights cache,
+    /// `weights_cache`): no repacking, and the pages are shared with the page cache.
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+        len: usize,
+    },
 }
 
 impl QMatrix {
@@ -67,7 +81,7 @@ impl QMatrix {
             rows,
             cols,
             planes,
-            data: vec![Line([0; 64]); n_groups * gb / 64],
+            data: Storage::Owned(vec![Line([0; 64]); n_groups * gb / 64]),
         };
         let bytes = m.bytes_mut();
         for g in 0..n_groups {
@@ -80,19 +94,78 @@ impl QMatrix {
         Ok(m)
     }
 
+    /// A matrix whose repacked bytes (as [`QMatrix::repacked_bytes`] returned them for the
+    /// same type and shape) are `len` bytes at `offset` of `map`. Checks the length and the
+    /// 64-byte alignment the kernels' loads assume; the contents are the caller's to vouch
+    /// for (`weights_cache` checksums them).
+    pub fn from_mapped(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+    ) -> Result<QMatrix, KernelError> {
+        let len = Self::repacked_len(ty, rows, cols)?;
+        let aligned = (map.as_ptr() as usize + offset).is_multiple_of(64);
+        if !aligned || offset.checked_add(len).is_none_or(|end| end > map.len()) {
+            return Err(KernelError::SizeMismatch {
+                ty,
+                rows,
+                cols,
+                got: map.len().saturating_sub(offset),
+                expected: len,
+            });
+        }
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            planes: Planes::new(ty, cols),
+            data: Storage::Mapped { map, offset, len },
+        })
+    }
+
+    /// Bytes of the repacked form of a `rows x cols` matrix of type `ty`.
+    pub fn repacked_len(ty: GgmlType, rows: usize, cols: usize) -> Result<usize, KernelError> {
+        if !kernel_supported(ty) {
+            return Err(KernelError::UnsupportedType { ty });
+        }
+        if rows == 0 || cols == 0 || rows > 1 << 31 || cols > 1 << 31 {
+            return Err(KernelError::BadShape { rows, cols });
+        }
+        if ty.row_bytes(cols).is_none() {
+            return Err(KernelError::NotBlockMultiple {
+                ty,
+                cols,
+                block: ty.block_size(),
+            });
+        }
+        Ok(rows.div_ceil(GROUP) * Planes::new(ty, cols).group_bytes())
+    }
+
+    /// The repacked bytes (what a repacked-weights cache stores).
+    pub fn repacked_bytes(&self) -> &[u8] {
+        self.bytes()
+    }
+
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `Line` is 64 plain bytes with no padding, so the vector's
-        // storage is `len * 64` initialised bytes, borrowed immutably with `self`.
-        unsafe { std::slice::from_raw_parts(self.data.as_ptr().cast::<u8>(), self.data.len() * 64) }
+        match &self.data {
+            // SAFETY: `Line` is 64 plain bytes with no padding, so the vector's
+            // storage is `len * 64` initialised bytes, borrowed immutably with `self`.
+            Storage::Owned(v) => unsafe {
+                std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 64)
+            },
+            Storage::Mapped { map, offset, len } => &map[*offset..*offset + *len],
+        }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`, borrowed mutably with `self`.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.data.as_mut_ptr().cast::<u8>(),
-                self.data.len() * 64,
-            )
+        match &mut self.data {
+            // SAFETY: as in `bytes`, borrowed mutably with `self`.
+            Storage::Owned(v) => unsafe {
+                std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 64)
+            },
+            Storage::Mapped { .. } => unreachable!("mapped matrices are never written"),
         }
     }
 
@@ -110,7 +183,7 @@ impl QMatrix {
 
     /// Bytes of the repacked weights.
     pub fn size_bytes(&self) -> usize {
-        self.data.len() * 64
+        self.bytes().len()
     }
 
     /// Dequantize row `r` into `out` (`cols` values), e.g. for embedding lookup;

@@ -24,6 +24,7 @@ mod x86_avx2;
 mod x86_avx512;
 
 pub use ggml::{kernel_supported, GgmlType};
+pub use layout::layout_fingerprint;
 pub use matmul::{matmul, matmul_reference, matmul_with_isa, MatmulScratch, QMatrix};
 pub use pool::ThreadPool;
 pub use simd::{detected, Isa};
