@@ -8,7 +8,8 @@
 //! shared with the page cache.
 //!
 //! A cache is used only if its header matches the model file exactly: the GGUF's size,
-//! modification time and tensor directory, and [`layout_fingerprint`] (so a layout change
+//! modification time, tensor directory and a sample of every tensor's bytes, and
+//! [`layout_fingerprint`] (so a layout change
 //! in a later build is never fed stale bytes), and each entry's type, shape, length and
 //! alignment match what the GGUF says. Anything else (missing, truncated, foreign or
 //! corrupt header) means "no cache": the model is repacked and the cache rewritten. The
@@ -57,6 +58,9 @@ pub enum CacheOutcome {
 }
 
 const MAGIC: &[u8; 8] = b"RAGRPK\0\x01";
+/// Bytes hashed from each end of every tensor's data for the key.
+const SAMPLE: usize = 256;
+
 /// Matrices start at page boundaries (so each is 64-byte aligned for the kernels).
 const ALIGN: u64 = 4096;
 
@@ -101,7 +105,8 @@ pub fn cache_path(dir: &Path, gguf: &Path) -> PathBuf {
 }
 
 /// What a cache must have been made from: the GGUF's size, modification time (ns since
-/// the epoch), a hash of its tensor directory, and the layout fingerprint.
+/// the epoch), a hash of its tensor directory and of both ends of every tensor's data, and
+/// the layout fingerprint.
 pub fn key(gguf: &Path, f: &GgufFile) -> io::Result<CacheKey> {
     let meta = std::fs::metadata(gguf)?;
     let mtime = meta
@@ -115,6 +120,11 @@ pub fn key(gguf: &Path, f: &GgufFile) -> io::Result<CacheKey> {
         t.dims.iter().for_each(|&d| h.u64(d));
         h.u64(t.offset);
         h.u64(t.n_bytes as u64);
+        // The first and last bytes of the data too: a different file with the same layout
+        // and a preserved modification time (a copy with `cp -p`) still misses.
+        let data = f.tensor_data(t);
+        h.bytes(&data[..data.len().min(SAMPLE)]);
+        h.bytes(&data[data.len().saturating_sub(SAMPLE)..]);
     }
     Ok(CacheKey([meta.len(), mtime, h.0, layout_fingerprint()]))
 }
