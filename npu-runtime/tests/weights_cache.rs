@@ -2,21 +2,13 @@
 //! and a damaged, truncated, stale or unwritable cache never breaks a load: the model is
 //! repacked and the cache rewritten.
 
-use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
-use npu_runtime::weights_cache::{cache_path, CacheOutcome, WeightsCache};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+mod common;
 
-fn model(name: &str) -> Option<PathBuf> {
-    match npu_runtime::model_path::resolve(name) {
-        Ok(p) => Some(p),
-        Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)"),
-    }
-}
+use common::{logit_bits as logits, model_or_skip as model};
+use npu_runtime::session::{LoadOptions, Model};
+use npu_runtime::weights_cache::{cache_path, CacheOutcome, WeightsCache};
+use std::path::Path;
+use std::sync::Arc;
 
 fn load(path: &Path, weights_cache: WeightsCache) -> Arc<Model> {
     let opts = LoadOptions {
@@ -24,30 +16,6 @@ fn load(path: &Path, weights_cache: WeightsCache) -> Arc<Model> {
         weights_cache,
     };
     Model::load(path, &opts).unwrap()
-}
-
-/// Logit bits after a 20-token prefill and one decode step (every matrix takes part).
-fn logits(model: &Arc<Model>) -> Vec<u32> {
-    let opts = SessionOptions {
-        kv_capacity: 64,
-        ..SessionOptions::default()
-    };
-    let mut s = Session::new(model.clone(), opts).unwrap();
-    let tokens: Vec<u32> = (0..21u32).map(|i| 100 + (i * 7919) % 20000).collect();
-    let mut bits: Vec<u32> = s
-        .prefill(&tokens[..20], 0)
-        .unwrap()
-        .logits
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    bits.extend(
-        s.decode_step(tokens[20])
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits()),
-    );
-    bits
 }
 
 /// Qwen2.5-0.5B Q4_K_M mixes Q4_K, Q5_0, Q6_K and Q8_0 matrices.

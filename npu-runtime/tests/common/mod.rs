@@ -1,63 +1,37 @@
-//! Shared by the QNN integration tests.
-#![allow(dead_code)]
+//! Helpers shared by the integration tests that load real models.
 
-pub mod oracle;
+use npu_runtime::session::{Model, Session, SessionOptions};
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use half::f16;
-use npu_runtime::qnn;
-
-/// f32 values as the little-endian fp16 bytes QNN tensors take.
-pub fn h(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|x| f16::from_f32(*x).to_le_bytes())
-        .collect()
-}
-
-/// Little-endian fp16 bytes back to f32.
-pub fn unh(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-        .collect()
-}
-
-/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
-pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// Whether the QNN HTP libraries can be loaded. When they are absent the test fails with the
-/// fetch command in the message, unless RAG_SKIP_QNN_TESTS=1 asks to skip it.
-pub fn qnn_available() -> bool {
-    match qnn::runtime() {
-        Ok(_) => true,
-        Err(e) if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping QNN test: {e}");
-            false
-        }
-        Err(e) => panic!("{e} (set RAG_SKIP_QNN_TESTS=1 to skip QNN tests)"),
-    }
-}
-
-/// SmolLM2-135M from the model cache. A missing model fails with the fetch command, unless
-/// RAG_SKIP_MODEL_TESTS=1 asks to skip (then `None`).
-pub fn smollm2() -> Option<std::sync::Arc<npu_runtime::session::Model>> {
-    use npu_runtime::session::{LoadOptions, Model};
-    match npu_runtime::model_path::resolve("smollm2-135m") {
-        Ok(p) => Some(Model::load(&p, &LoadOptions::default()).unwrap()),
+/// The cached model file `name`; `None` (skip) if it is missing and `RAG_SKIP_MODEL_TESTS=1`.
+pub fn model_or_skip(name: &str) -> Option<PathBuf> {
+    match npu_runtime::model_path::resolve(name) {
+        Ok(p) => Some(p),
         Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
             eprintln!("skipping: {e}");
             None
         }
-        Err(e) => {
-            panic!("{e}: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)")
-        }
+        Err(e) => panic!("{e}: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)"),
     }
+}
+
+/// Logit bits after a 20-token prefill and one decode step: every matrix of every layer
+/// and the vocabulary matrices take part in them.
+pub fn logit_bits(model: &Arc<Model>) -> Vec<u32> {
+    let opts = SessionOptions {
+        kv_capacity: 64,
+        ..SessionOptions::default()
+    };
+    let mut s = Session::new(model.clone(), opts).unwrap();
+    let tokens: Vec<u32> = (0..21u32).map(|i| 100 + (i * 7919) % 20000).collect();
+    let prefill = s.prefill(&tokens[..20], 0).unwrap();
+    let mut bits: Vec<u32> = prefill.logits.iter().map(|v| v.to_bits()).collect();
+    bits.extend(
+        s.decode_step(tokens[20])
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits()),
+    );
+    bits
 }
