@@ -89,7 +89,7 @@ pub fn run(a: Args) -> Result<()> {
         .ask(&a.question, &ask, &mut on_text)
         .context("answering")?;
     // A first run repacked the model: let the cache write finish so the next run maps it.
-    assistant.finish_background_work();
+    assistant.finish_background_work(|what| eprintln!("({what})"));
     if json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
         return Ok(());

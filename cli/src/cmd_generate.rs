@@ -180,6 +180,9 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     // A first run repacked the model: let the cache write finish so the next run maps it.
+    if let Some(note) = model.weights_cache().writing_note() {
+        eprintln!("({note})");
+    }
     model.wait_weights_cache();
     Ok(())
 }

@@ -43,6 +43,34 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Writes `model`'s repacked matrices to its cache file in `dir` on a thread of its own
+/// (which keeps the model alive until done); `Model::wait_weights_cache` joins it.
+fn write_cache_in_background(
+    model: &Arc<Model>,
+    dir: PathBuf,
+    key: std::io::Result<weights_cache::CacheKey>,
+) {
+    let m = model.clone();
+    let write = move || {
+        let stored =
+            key.and_then(|k| weights_cache::store(&dir, &m.path, k, &m.weights.named_matrices()));
+        *lock(&m.cache) = match stored {
+            Ok(p) => CacheOutcome::Written(p),
+            Err(e) => {
+                tracing::warn!("repacked-weights cache in {}: {e}", dir.display());
+                CacheOutcome::NotWritten(e.to_string())
+            }
+        };
+    };
+    match std::thread::Builder::new()
+        .name("rag-weights-cache".into())
+        .spawn(write)
+    {
+        Ok(handle) => *lock(&model.cache_writer) = Some(handle),
+        Err(e) => *lock(&model.cache) = CacheOutcome::NotWritten(e.to_string()),
+    }
+}
+
 impl Model {
     pub fn load(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
         let f = GgufFile::open(path)
@@ -97,26 +125,7 @@ impl Model {
             cache_writer: Mutex::new(None),
         });
         if let Some((dir, key)) = pending {
-            let m = model.clone();
-            let write = move || {
-                let outcome = match key.and_then(|k| {
-                    weights_cache::store(&dir, &m.path, k, &m.weights.named_matrices())
-                }) {
-                    Ok(p) => CacheOutcome::Written(p),
-                    Err(e) => {
-                        tracing::warn!("repacked-weights cache in {}: {e}", dir.display());
-                        CacheOutcome::NotWritten(e.to_string())
-                    }
-                };
-                *lock(&m.cache) = outcome;
-            };
-            let spawned = std::thread::Builder::new()
-                .name("rag-weights-cache".into())
-                .spawn(write);
-            match spawned {
-                Ok(handle) => *lock(&model.cache_writer) = Some(handle),
-                Err(e) => *lock(&model.cache) = CacheOutcome::NotWritten(e.to_string()),
-            }
+            write_cache_in_background(&model, dir, key);
         }
         Ok(model)
     }

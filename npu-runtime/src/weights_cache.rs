@@ -57,6 +57,19 @@ pub enum CacheOutcome {
     NotWritten(String),
 }
 
+impl CacheOutcome {
+    /// For `Writing`: a line telling a user why the process still works after its answer.
+    pub fn writing_note(&self) -> Option<String> {
+        match self {
+            CacheOutcome::Writing(p) => Some(format!(
+                "writing the repacked weights to {} (once per model; later runs load faster)",
+                p.display()
+            )),
+            _ => None,
+        }
+    }
+}
+
 const MAGIC: &[u8; 8] = b"RAGRPK\0\x01";
 /// Bytes hashed from each end of every tensor's data for the key.
 const SAMPLE: usize = 256;

@@ -71,7 +71,7 @@ fn main() -> Result<()> {
     })?;
     let (ttft_ms, ttft_cpu) = first.context("the model produced no text")?;
     let cached = !matches!(opts_cache, WeightsCache::Off);
-    assistant.finish_background_work();
+    assistant.finish_background_work(|_| {});
     println!(
         "{}",
         serde_json::json!({

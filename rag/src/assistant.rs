@@ -470,8 +470,12 @@ impl Assistant {
     /// Waits for work that outlives an answer: writing the repacked-weights cache after
     /// the model's first load. A short-lived process (the CLI) calls this before exiting so
     /// the next run finds the cache; a long-lived one need not.
-    pub fn finish_background_work(&self) {
+    /// `on_wait` is told what is being waited for, only if something is.
+    pub fn finish_background_work(&self, on_wait: impl FnOnce(&str)) {
         if let Some(l) = self.llm.get() {
+            if let Some(note) = l.model.weights_cache().writing_note() {
+                on_wait(&note);
+            }
             l.model.wait_weights_cache();
         }
     }
