@@ -419,13 +419,15 @@ impl Session {
             self.run(r, rows)?;
             self.kv.advance(r)?;
             if topk > 0 {
-                for i in 0..r {
-                    top_k_into(
-                        &self.logits[i * v..(i + 1) * v],
-                        topk,
-                        &mut self.topk[off + i],
-                    );
-                }
+                // One selection per row, rows spread over the pool (each is independent).
+                let logits = &self.logits;
+                let rows = &mut self.topk[off..off + r];
+                self.model.pool().for_each_chunk_mut(rows, 8, &|c, out| {
+                    for (j, o) in out.iter_mut().enumerate() {
+                        let i = c * 8 + j;
+                        top_k_into(&logits[i * v..(i + 1) * v], topk, o);
+                    }
+                });
                 last_row = r - 1;
             }
             off += r;
