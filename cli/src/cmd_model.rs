@@ -45,6 +45,13 @@ pub fn run(cmd: ModelCmd) -> Result<()> {
                     default
                 );
             }
+            let dir = npu_runtime::weights_cache::default_path();
+            let (files, bytes) = npu_runtime::weights_cache::usage(&dir);
+            println!(
+                "repacked weights: {files} file(s), {:.2} GB in {} (rebuilt when missing; safe to delete)",
+                bytes as f64 / 1e9,
+                dir.display()
+            );
             Ok(())
         }
     }

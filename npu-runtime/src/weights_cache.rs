@@ -39,8 +39,13 @@ pub enum WeightsCache {
 impl WeightsCache {
     /// `<model cache>/repacked` (`model_path::cache_dir`).
     pub fn default_dir() -> WeightsCache {
-        WeightsCache::Dir(crate::model_path::cache_dir().join("repacked"))
+        WeightsCache::Dir(default_path())
     }
+}
+
+/// `<model cache>/repacked`.
+pub fn default_path() -> PathBuf {
+    crate::model_path::cache_dir().join("repacked")
 }
 
 /// What a load did with the cache.
@@ -103,6 +108,17 @@ impl Cached {
         let m = QMatrix::from_mapped(ty, rows, cols, self.map.clone(), e.offset as usize).ok()?;
         (m.size_bytes() as u64 == e.len).then_some(m)
     }
+}
+
+/// Cache files in `dir` and their total size in bytes (for `rag model list`).
+pub fn usage(dir: &Path) -> (usize, u64) {
+    let Ok(list) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    list.flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "rpk"))
+        .filter_map(|e| e.metadata().ok())
+        .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
 }
 
 /// The cache file for the model at `gguf` in `dir`: one per model path (a hash of the
@@ -353,6 +369,16 @@ mod tests {
         b.extend_from_slice(&h.0.to_le_bytes());
         b.resize(ALIGN as usize + 64, 0);
         (b, key)
+    }
+
+    #[test]
+    fn usage_counts_cache_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a-1.rpk"), [0u8; 10]).unwrap();
+        std::fs::write(d.path().join("b-2.rpk"), [0u8; 5]).unwrap();
+        std::fs::write(d.path().join("b-2.rpk.tmp.1.2"), [0u8; 7]).unwrap();
+        assert_eq!(usage(d.path()), (2, 15));
+        assert_eq!(usage(&d.path().join("missing")), (0, 0));
     }
 
     #[test]
