@@ -244,14 +244,8 @@ fn session(model: &Arc<Model>) -> Result<Session> {
 
 pub fn run(args: Args) -> Result<()> {
     let path = rag::models::ensure(&args.model)?;
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: args.threads,
-            ..Default::default()
-        },
-    )
-    .with_context(|| format!("loading {}", path.display()))?;
+    let model = Model::load(&path, &LoadOptions::with_threads(args.threads))
+        .with_context(|| format!("loading {}", path.display()))?;
     if args.backend == "qnn" {
         let name = path
             .file_name()

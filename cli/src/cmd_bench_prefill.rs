@@ -434,10 +434,7 @@ fn load_model(args: &Args) -> anyhow::Result<std::sync::Arc<npu_runtime::session
     let path = rag::models::ensure(name)?;
     Ok(Model::load(
         &path,
-        &LoadOptions {
-            threads: args.threads,
-            ..Default::default()
-        },
+        &LoadOptions::with_threads(args.threads),
     )?)
 }
 

@@ -219,13 +219,7 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| default_dataset(&args.category));
     let questions = load_questions(&dataset, &args.category, args.limit)?;
     let path = rag::models::ensure(&args.model)?;
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: args.threads,
-            ..Default::default()
-        },
-    )?;
+    let model = Model::load(&path, &LoadOptions::with_threads(args.threads))?;
     let ids: Vec<i64> = questions.iter().map(|q| q.0).collect();
     let prompts = match &args.prompt_tokens {
         Some(p) => load_prompt_tokens(p, &ids, model.vocab_size())?,

@@ -26,6 +26,16 @@ pub struct LoadOptions {
     pub weights_cache: WeightsCache,
 }
 
+impl LoadOptions {
+    /// `threads` compute threads, everything else default.
+    pub fn with_threads(threads: usize) -> Self {
+        LoadOptions {
+            threads,
+            ..Default::default()
+        }
+    }
+}
+
 /// A loaded model, shareable between sessions.
 pub struct Model {
     path: PathBuf,

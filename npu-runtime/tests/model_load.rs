@@ -15,10 +15,7 @@ fn loader_thread_count_does_not_change_the_model() {
     // The session's compute threads equal the loader's; the kernels are thread-count
     // invariant (tested elsewhere), so a difference here can only come from loading.
     let load = |threads| {
-        let opts = LoadOptions {
-            threads,
-            ..Default::default()
-        };
+        let opts = LoadOptions::with_threads(threads);
         Model::load(&path, &opts).unwrap()
     };
     let (one, three) = (logit_bits(&load(1)), logit_bits(&load(3)));

@@ -157,14 +157,7 @@ fn compare_arch(arch: &str, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{arch}.gguf"));
     tiny_model(&path, arch, seed);
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model = Model::load(&path, &LoadOptions::with_threads(1)).unwrap();
     let vocab = model.vocab_size();
     let (chunk, cap) = (4, 16);
     let cache = BinaryCache::new(dir.path().join("ctx"));
@@ -240,14 +233,7 @@ fn tiny_qwen2_s8_weights_have_their_own_cache_entries_and_stay_close() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("qwen2.gguf");
     tiny_model(&path, "qwen2", 23);
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model = Model::load(&path, &LoadOptions::with_threads(1)).unwrap();
     let (chunk, cap) = (4, 16);
     let cache = BinaryCache::new(dir.path().join("ctx"));
     let f16 = BlockRunner::prefill_only(
@@ -299,14 +285,7 @@ fn bad_shapes_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     tiny_model(&path, "llama", 5);
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model = Model::load(&path, &LoadOptions::with_threads(1)).unwrap();
     let qb = QnnBackend::new(model.clone(), 8, None).unwrap();
     use graphs::ir::{BlockSpec, GraphShape};
     use npu_runtime::backend::Backend;

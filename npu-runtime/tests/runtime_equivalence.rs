@@ -19,16 +19,7 @@ fn model_named(name: &str) -> Option<Arc<Model>> {
         "{} missing: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)",
         p.display()
     );
-    Some(
-        Model::load(
-            &p,
-            &LoadOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap(),
-    )
+    Some(Model::load(&p, &LoadOptions::with_threads(2)).unwrap())
 }
 
 fn session(m: &Arc<Model>) -> Session {

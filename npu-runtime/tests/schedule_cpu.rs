@@ -30,14 +30,7 @@ fn model_path() -> Option<PathBuf> {
 #[test]
 fn every_schedule_gives_the_same_prefill_output() {
     let Some(path) = model_path() else { return };
-    let model: Arc<Model> = Model::load(
-        &path,
-        &LoadOptions {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model: Arc<Model> = Model::load(&path, &LoadOptions::with_threads(2)).unwrap();
     // 3 blocks, chunks of 32 tokens, G2 runs of 8; 83 tokens = 2 full chunks + 19 (a
     // partial chunk: padded on G1, three G2 runs of 8, 8 and 3).
     let exec = CpuExecutor::new(model.clone(), 3, 32, 8, 128).unwrap();
@@ -129,14 +122,7 @@ fn every_schedule_gives_the_same_prefill_output() {
 fn computing_an_unloaded_form_is_an_error() {
     use npu_runtime::schedule::exec::ScheduleExecutor;
     let Some(path) = model_path() else { return };
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model = Model::load(&path, &LoadOptions::with_threads(1)).unwrap();
     let exec = CpuExecutor::new(model, 2, 16, 8, 64).unwrap();
     exec.set_prompt(&[1, 2, 3]).unwrap();
     exec.reset_forms().unwrap();

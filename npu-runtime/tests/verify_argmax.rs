@@ -14,16 +14,7 @@ use common::rand_vec;
 /// RAG_SKIP_MODEL_TESTS=1 asks to skip (then `None`).
 fn model(name: &str) -> Option<Arc<Model>> {
     match npu_runtime::model_path::resolve(name) {
-        Ok(p) => Some(
-            Model::load(
-                &p,
-                &LoadOptions {
-                    threads: 2,
-                    ..Default::default()
-                },
-            )
-            .unwrap(),
-        ),
+        Ok(p) => Some(Model::load(&p, &LoadOptions::with_threads(2)).unwrap()),
         Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
             eprintln!("skipping: {e}");
             None

@@ -39,10 +39,7 @@ fn main() {
     let window: usize = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(256);
     let model = Model::load(
         std::path::Path::new(&args[1]),
-        &LoadOptions {
-            threads: 2,
-            ..Default::default()
-        },
+        &LoadOptions::with_threads(2),
     )
     .expect("model");
     let text = std::fs::read_to_string(&args[2]).expect("prompt tokens");

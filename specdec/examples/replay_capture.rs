@@ -23,10 +23,7 @@ fn main() {
     let threads: usize = a.get(8).and_then(|s| s.parse().ok()).unwrap_or(2);
     let model = Model::load(
         std::path::Path::new(model_path),
-        &LoadOptions {
-            threads,
-            ..Default::default()
-        },
+        &LoadOptions::with_threads(threads),
     )
     .expect("model");
     let text = std::fs::read_to_string(dataset).expect("dataset");

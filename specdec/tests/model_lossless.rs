@@ -14,16 +14,7 @@ fn model() -> Option<Arc<Model>> {
     let path = npu_runtime::model_path::resolve("smollm2-135m").unwrap_or_else(|e| {
         panic!("{e}: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)")
     });
-    Some(
-        Model::load(
-            &path,
-            &LoadOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .expect("loading smollm2-135m"),
-    )
+    Some(Model::load(&path, &LoadOptions::with_threads(2)).expect("loading smollm2-135m"))
 }
 
 /// Prompts as token ids: repeated spans make the model copy, so long drafts get

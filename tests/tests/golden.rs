@@ -71,14 +71,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 fn check_model(name: &str) {
     let Some(path) = model_file(name) else { return };
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model = Model::load(&path, &LoadOptions::with_threads(2)).unwrap();
     let doc = fixture(name);
     let (mut total_ties, mut total_steps) = (0usize, 0usize);
     let tie = tie_eps(name);
@@ -237,14 +230,7 @@ fn qwen05_prompt_logits_match_exact_f64_reference() {
 
 fn check_f64(name: &str, tol: f32, mean_tol: f64) {
     let Some(path) = model_file(name) else { return };
-    let model = Model::load(
-        &path,
-        &LoadOptions {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model = Model::load(&path, &LoadOptions::with_threads(2)).unwrap();
     let reference = fixture(&format!("{name}.f64"));
     let llama = fixture(name);
     let pairs = |v: &Value| -> Vec<(u32, f32)> {
