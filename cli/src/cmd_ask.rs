@@ -1,6 +1,7 @@
 //! `rag ask "QUESTION"`: retrieve, prompt, stream the answer, cite the sources.
 
 use anyhow::{Context, Result};
+use npu_runtime::weights_cache::WeightsCache;
 use rag::assistant::{AskOptions, Assistant, AssistantOptions};
 use rag::{IndexOptions, SearchMode};
 use std::io::Write;
@@ -39,6 +40,10 @@ pub struct Args {
     /// Print one JSON object (answer, sources, timings) instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// Repack the model's weights on every load instead of keeping them in
+    /// `$RAG_MODEL_DIR/repacked` (saves about one model size of disk).
+    #[arg(long)]
+    pub no_weights_cache: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -49,6 +54,9 @@ pub fn run(a: Args) -> Result<()> {
     opts.dense = dense;
     opts.threads = a.threads;
     opts.spec = spec;
+    if a.no_weights_cache {
+        opts.weights_cache = WeightsCache::Off;
+    }
     // The model load (the largest part of time to first token) overlaps the embedder load,
     // index opening and retrieval.
     opts.preload_model = true;

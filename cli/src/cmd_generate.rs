@@ -27,6 +27,10 @@ pub struct Args {
     /// Compute threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Repack the model's weights on every load instead of keeping them in
+    /// `$RAG_MODEL_DIR/repacked` (saves about one model size of disk).
+    #[arg(long)]
+    pub no_weights_cache: bool,
     /// Where the block graphs run: `cpu`, or `qnn` (Qualcomm HTP; on x86-64 the emulator
     /// from `scripts/fetch-model.sh qnn-htp`, slow).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "qnn"])]
@@ -104,7 +108,11 @@ pub fn run(args: Args) -> Result<()> {
         &path,
         &LoadOptions {
             threads: args.threads,
-            weights_cache: WeightsCache::default_dir(),
+            weights_cache: if args.no_weights_cache {
+                WeightsCache::Off
+            } else {
+                WeightsCache::default_dir()
+            },
         },
     )
     .with_context(|| format!("loading {}", path.display()))?;

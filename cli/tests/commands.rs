@@ -277,3 +277,48 @@ fn ask_answers_while_index_rewrites_everything() {
         .unwrap()
         .ends_with("otters.md"));
 }
+
+/// `rag generate` keeps the repacked weights in `$RAG_MODEL_DIR/repacked` after a first run
+/// (and says so while it writes them), maps them on the next run with the same output, and
+/// `--no-weights-cache` writes nothing.
+#[test]
+fn generate_caches_repacked_weights_unless_told_not_to() {
+    if !model_available() {
+        return;
+    }
+    let model = rag::models::resolve("smollm2-135m").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join(model.file_name().unwrap());
+    std::fs::copy(&model, &copy).unwrap();
+    let generate = |extra: &[&str]| {
+        let mut c = rag(&[
+            "generate",
+            "--prompt",
+            "The capital of France is",
+            "--max-tokens",
+            "6",
+        ]);
+        c.arg("--model")
+            .arg(&copy)
+            .args(["--threads", "2", "--json"]);
+        c.args(extra).env("RAG_MODEL_DIR", dir.path());
+        run_ok(&mut c)
+    };
+    let cache = dir.path().join("repacked");
+    let plain = generate(&["--no-weights-cache"]);
+    assert!(
+        !cache.exists(),
+        "--no-weights-cache wrote {}",
+        cache.display()
+    );
+    let first = generate(&[]);
+    let note = String::from_utf8_lossy(&first.stderr);
+    assert!(note.contains("writing the repacked weights"), "{note}");
+    let files: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "one cache file");
+    let second = generate(&[]);
+    assert!(!String::from_utf8_lossy(&second.stderr).contains("writing the repacked weights"));
+    let tokens = |o: &Output| serde_json::from_slice::<Value>(&o.stdout).unwrap()["tokens"].clone();
+    assert_eq!(tokens(&plain), tokens(&first));
+    assert_eq!(tokens(&plain), tokens(&second));
+}
