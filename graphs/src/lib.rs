@@ -4,6 +4,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod fnv;
 pub mod gguf;
 pub mod ir;
 pub mod quant;

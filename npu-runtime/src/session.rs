@@ -93,25 +93,27 @@ impl Model {
             opts.threads
         };
         let pool = ThreadPool::new(threads);
-        let cached = match &opts.weights_cache {
-            WeightsCache::Dir(dir) => weights_cache::open(dir, path, &f),
+        // The model file's cache key, read once (it samples every tensor's bytes).
+        let cache_dir = match &opts.weights_cache {
+            WeightsCache::Dir(dir) => Some((dir, weights_cache::key(path, &f))),
             WeightsCache::Off => None,
         };
+        let cached = cache_dir
+            .as_ref()
+            .and_then(|(dir, key)| weights_cache::open(dir, path, *key.as_ref().ok()?));
         let (weights, all_cached) = ModelWeights::load(&f, &config, &pool, cached.as_ref())?;
         // After a repack, the cache is written by a background thread once the model is
         // built (a first run does not wait for a ~1 GB write and sync before answering).
-        let pending = match &opts.weights_cache {
-            WeightsCache::Dir(dir) if !all_cached => {
-                Some((dir.clone(), weights_cache::key(path, &f)))
-            }
-            _ => None,
-        };
-        let cache = match &opts.weights_cache {
-            WeightsCache::Off => CacheOutcome::Off,
-            WeightsCache::Dir(dir) if all_cached => {
-                CacheOutcome::Hit(weights_cache::cache_path(dir, path))
-            }
-            WeightsCache::Dir(dir) => CacheOutcome::Writing(weights_cache::cache_path(dir, path)),
+        let (cache, pending) = match cache_dir {
+            None => (CacheOutcome::Off, None),
+            Some((dir, _)) if all_cached => (
+                CacheOutcome::Hit(weights_cache::cache_path(dir, path)),
+                None,
+            ),
+            Some((dir, key)) => (
+                CacheOutcome::Writing(weights_cache::cache_path(dir, path)),
+                Some((dir.clone(), key)),
+            ),
         };
         let tokenizer = Tokenizer::from_gguf(&f)
             .map_err(|e| RuntimeError::Model(format!("{}: tokenizer: {e}", path.display())))?;

@@ -18,6 +18,7 @@
 //! write their own temporary file and the last rename wins (both are complete).
 
 use crate::kernels::{layout_fingerprint, GgmlType, QMatrix};
+use graphs::fnv::Fnv1a;
 use graphs::gguf::GgufFile;
 use std::collections::HashMap;
 use std::fs::File;
@@ -142,18 +143,18 @@ pub fn key(gguf: &Path, f: &GgufFile) -> io::Result<CacheKey> {
         .modified()?
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let mut h = Fnv::default();
+    let mut h = Fnv1a::default();
     for t in f.tensors() {
-        h.bytes(t.name.as_bytes());
-        h.u64(t.ggml_type.to_u32() as u64);
-        t.dims.iter().for_each(|&d| h.u64(d));
-        h.u64(t.offset);
-        h.u64(t.n_bytes as u64);
+        h.write(t.name.as_bytes());
+        h.write_u64(t.ggml_type.to_u32() as u64);
+        t.dims.iter().for_each(|&d| h.write_u64(d));
+        h.write_u64(t.offset);
+        h.write_u64(t.n_bytes as u64);
         // The first and last bytes of the data too: a different file with the same layout
         // and a preserved modification time (a copy with `cp -p`) still misses.
         let data = f.tensor_data(t);
-        h.bytes(&data[..data.len().min(SAMPLE)]);
-        h.bytes(&data[data.len().saturating_sub(SAMPLE)..]);
+        h.write(&data[..data.len().min(SAMPLE)]);
+        h.write(&data[data.len().saturating_sub(SAMPLE)..]);
     }
     Ok(CacheKey([meta.len(), mtime, h.0, layout_fingerprint()]))
 }
@@ -162,16 +163,16 @@ pub fn key(gguf: &Path, f: &GgufFile) -> io::Result<CacheKey> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheKey([u64; 4]);
 
-/// Opens the cache for `gguf` in `dir` if it exists and matches the model (module docs);
-/// `None` otherwise.
-pub fn open(dir: &Path, gguf: &Path, f: &GgufFile) -> Option<Cached> {
+/// Opens the cache for `gguf` in `dir` if it exists and was made for `key` (the model
+/// file's [`key`], module docs); `None` otherwise.
+pub fn open(dir: &Path, gguf: &Path, key: CacheKey) -> Option<Cached> {
     let file = File::open(cache_path(dir, gguf)).ok()?;
     // SAFETY: a read-only mapping of a file this program writes only under a temporary
     // name, renamed into place once complete: the mapped inode is never modified (a later
     // rename replaces the directory entry, not this file). As for the GGUF mapping, a
     // file truncated by someone else while mapped would fault, not corrupt memory.
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let entries = parse(&map, key(gguf, f).ok()?.0)?;
+    let entries = parse(&map, key.0)?;
     Some(Cached {
         map: Arc::new(map),
         entries,
@@ -208,8 +209,8 @@ fn parse(b: &[u8], key: [u64; 4]) -> Option<HashMap<String, Entry>> {
         entries.insert(name, e);
     }
     let header_end = r.at;
-    let mut h = Fnv::default();
-    h.bytes(&b[..header_end]);
+    let mut h = Fnv1a::default();
+    h.write(&b[..header_end]);
     (r.u64()? == h.0).then_some(entries)
 }
 
@@ -251,8 +252,8 @@ pub fn store(
         }
         offset += m.size_bytes() as u64;
     }
-    let mut h = Fnv::default();
-    h.bytes(&header);
+    let mut h = Fnv1a::default();
+    h.write(&header);
     header.extend_from_slice(&h.0.to_le_bytes());
 
     let tmp = path.with_extension(format!(
@@ -327,26 +328,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// FNV-1a, 64 bit: a stable hash (std's hashers may change between releases).
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn bytes(&mut self, b: &[u8]) {
-        for &x in b {
-            self.0 = (self.0 ^ x as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_le_bytes());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,8 +345,8 @@ mod tests {
         for v in [16u64, 32, ALIGN, 64] {
             b.extend_from_slice(&v.to_le_bytes());
         }
-        let mut h = Fnv::default();
-        h.bytes(&b);
+        let mut h = Fnv1a::default();
+        h.write(&b);
         b.extend_from_slice(&h.0.to_le_bytes());
         b.resize(ALIGN as usize + 64, 0);
         (b, key)

@@ -60,7 +60,7 @@ pub fn model_fingerprint(path: &Path) -> Result<String, SpecError> {
     let io = |e: std::io::Error| SpecError::Config(format!("{}: {e}", path.display()));
     let mut f = std::fs::File::open(path).map_err(io)?;
     let len = f.metadata().map_err(io)?.len();
-    let mut h = Fnv::default();
+    let mut h = graphs::fnv::Fnv1a::default();
     let mut buf = Vec::new();
     (&mut f).take(EDGE).read_to_end(&mut buf).map_err(io)?;
     h.write(&buf);
@@ -194,23 +194,6 @@ pub fn get_or_profile(
     let c = profile()?;
     store(file, key, &c)?;
     Ok((c, CurveSource::Profiled { why }))
-}
-
-#[derive(Clone, Copy)]
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -42,15 +42,6 @@ pub struct TokenDb {
     max_tokens: usize,
 }
 
-fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
-const FNV_INIT: u64 = 0xcbf29ce484222325;
-
 impl TokenDb {
     pub fn new(max_tokens: usize) -> Self {
         TokenDb {
@@ -116,7 +107,7 @@ impl TokenDb {
                 b.extend_from_slice(&t.to_le_bytes());
             }
         }
-        let h = fnv1a(&b, FNV_INIT);
+        let h = graphs::fnv::Fnv1a::hash(&b);
         b.extend_from_slice(&h.to_le_bytes());
         b
     }
@@ -180,7 +171,7 @@ impl TokenDb {
         }
         let (body, tail) = b.split_at(b.len() - 8);
         let want = u64::from_le_bytes(tail.try_into().map_err(|_| "checksum")?);
-        if fnv1a(body, FNV_INIT) != want {
+        if graphs::fnv::Fnv1a::hash(body) != want {
             return Err("checksum mismatch".into());
         }
         let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().unwrap_or([0; 8]));

@@ -105,8 +105,7 @@ fn put_f16(dst: &mut [u8], i: usize, bits: u16) {
 /// cache of repacked weights made by another layout is never used (`weights_cache`).
 pub fn layout_fingerprint() -> u64 {
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let mut eat = |b: u8| h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    let mut h = graphs::fnv::Fnv1a::default();
     let mut types = vec![GgmlType::F32, GgmlType::F16];
     types.extend(super::ggml::QUANT_TYPES);
     for ty in types {
@@ -131,11 +130,11 @@ pub fn layout_fingerprint() -> u64 {
         let mut group = vec![0u8; p.group_bytes()];
         pack_group(ty, cols, &refs, &p, &mut group);
         for v in [ty.to_u32() as usize, GROUP, p.codes, p.high, p.scales] {
-            v.to_le_bytes().into_iter().for_each(&mut eat);
+            h.write(&v.to_le_bytes());
         }
-        group.into_iter().for_each(&mut eat);
+        h.write(&group);
     }
-    h
+    h.0
 }
 
 /// Repack one group of up to 16 rows (`src_rows[i]` = ggml bytes of row i).

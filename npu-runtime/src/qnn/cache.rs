@@ -14,18 +14,16 @@ use std::path::{Path, PathBuf};
 /// a collision would only reuse a stale cache entry of a same-sized, same-named block).
 pub fn file_hash(path: &Path) -> std::io::Result<u64> {
     let mut f = std::fs::File::open(path)?;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = graphs::fnv::Fnv1a::default();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = f.read(&mut buf)?;
         if n == 0 {
             break;
         }
-        for &b in &buf[..n] {
-            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        h.write(&buf[..n]);
     }
-    Ok(h)
+    Ok(h.0)
 }
 
 /// File stem of one cache entry.
