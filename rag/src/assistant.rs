@@ -69,6 +69,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+/// [`AssistantOptions::calib_window`]'s default: the question and the prompt template's tail.
+pub const DEFAULT_CALIB_WINDOW: usize = 64;
+
 /// How to open an [`Assistant`].
 #[derive(Clone, Debug)]
 pub struct AssistantOptions {
@@ -92,6 +95,13 @@ pub struct AssistantOptions {
     /// Where repacked model weights are cached between runs (loading maps them instead of
     /// repacking; ~1 model size of disk). Default: `<model cache>/repacked`.
     pub weights_cache: WeightsCache,
+    /// Prompt positions (the last ones) whose prefill logits calibrate the drafter
+    /// (`specdec` `GenConfig::calib_window`; `usize::MAX`: all). Each calibrated position
+    /// runs the full-vocabulary LM head. On the CPU backend calibrating all of an
+    /// ~800-token RAG prompt cost +18% prefill for no measured acceptance (1.5B, Spec-Bench
+    /// rag, 5 prompts: all 2448 ms / 1.38 tokens per step, last 64 2070 ms / 1.37, none
+    /// 2001 ms; BENCHMARKS.md "Calibration window for `rag ask`").
+    pub calib_window: usize,
 }
 
 impl AssistantOptions {
@@ -106,6 +116,7 @@ impl AssistantOptions {
             token_db_max_tokens: specdec::tokendb::DEFAULT_MAX_TOKENS,
             preload_model: false,
             weights_cache: WeightsCache::default_dir(),
+            calib_window: DEFAULT_CALIB_WINDOW,
         }
     }
 }
@@ -554,6 +565,7 @@ impl Assistant {
         let curve_stored = cached.is_some();
         let cfg = GenConfig {
             cost_curve: cached,
+            calib_window: self.opts.calib_window,
             ..GenConfig::default()
         };
         let generator = Generator::new(self.opts.spec, Some(sam), cfg);
