@@ -9,6 +9,7 @@ mod pretokenize;
 mod stream;
 
 use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
 
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -74,13 +75,16 @@ fn hf(e: impl std::fmt::Display) -> TokenizerError {
 }
 
 pub struct Tokenizer {
-    /// Splits control and user-defined tokens out of the text.
-    with_special: tokenizers::Tokenizer,
-    /// Splits only user-defined tokens (as llama.cpp does with parse_special=false).
-    plain: tokenizers::Tokenizer,
+    /// The BPE pipeline. Its one mode flag ("encode special tokens": treat control
+    /// tokens' text as ordinary text, as llama.cpp does with parse_special=false; user-defined
+    /// tokens are split out either way) is set per call under the lock; a second copy for
+    /// the other mode cost ~30 ms of every model load and ~20 MB.
+    encoder: Mutex<tokenizers::Tokenizer>,
     /// Raw bytes of each token.
-    pieces: Vec<Vec<u8>>,
-    texts: Vec<String>,
+    pieces: FlatPieces,
+    /// Vocabulary strings, concatenated; `text_ends[i]` ends token i's.
+    texts: String,
+    text_ends: Vec<u32>,
     types: Vec<i32>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -91,7 +95,7 @@ pub struct Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
-            .field("vocab_size", &self.pieces.len())
+            .field("vocab_size", &self.vocab_size())
             .field("bos", &self.bos)
             .field("eos", &self.eos)
             .finish()
@@ -134,30 +138,35 @@ impl Tokenizer {
             .collect();
         let mut merges = Vec::with_capacity(merges_raw.len());
         for (index, m) in merges_raw.iter().enumerate() {
-            // like llama.cpp, the separator is the first space after position 0
-            let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ');
-            let (a, b) = match split {
-                Some((at, _)) => (&m[..at], &m[at + 1..]),
-                None => {
-                    return Err(TokenizerError::BadMerge {
-                        index,
-                        merge: m.to_string(),
-                    })
-                }
-            };
-            if !vocab.contains_key(a) || !vocab.contains_key(b) {
-                return Err(TokenizerError::BadMerge {
-                    index,
-                    merge: m.to_string(),
-                });
-            }
+            let (a, b) = split_merge(m).ok_or_else(|| TokenizerError::BadMerge {
+                index,
+                merge: m.to_string(),
+            })?;
             merges.push((a.to_string(), b.to_string()));
         }
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .ignore_merges(ignore_merges)
             .build()
-            .map_err(hf)?;
+            .map_err(|e| {
+                // Name the first merge of a token outside the vocabulary (looked up only
+                // here: on a good file the builder's own lookups are the only ones).
+                let known: HashSet<&str> = tokens.iter().map(|t| &**t).collect();
+                merges_raw
+                    .iter()
+                    .enumerate()
+                    .find(|(_, m)| {
+                        split_merge(m)
+                            .is_some_and(|(a, b)| !known.contains(a) || !known.contains(b))
+                    })
+                    .map_or_else(
+                        || hf(e),
+                        |(index, m)| TokenizerError::BadMerge {
+                            index,
+                            merge: m.to_string(),
+                        },
+                    )
+            })?;
 
         let mut pre_tokenizers = Vec::new();
         for r in regexes {
@@ -173,8 +182,8 @@ impl Tokenizer {
             false, false, false,
         )));
 
-        let mut with_special = tokenizers::Tokenizer::new(bpe);
-        with_special.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(Sequence::new(
+        let mut encoder = tokenizers::Tokenizer::new(bpe);
+        encoder.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(Sequence::new(
             pre_tokenizers,
         ))));
         let mut control = Vec::new();
@@ -189,23 +198,23 @@ impl Tokenizer {
                 _ => {}
             }
         }
-        with_special.add_special_tokens(&control);
-        with_special.add_tokens(&user);
-        let mut plain = with_special.clone();
-        // "encode special tokens" = treat special tokens' text as ordinary text
-        plain.set_encode_special_tokens(true);
+        encoder.add_special_tokens(&control);
+        encoder.add_tokens(&user);
 
         let inv = byte_level::char_to_byte();
-        let pieces = tokens
-            .iter()
-            .zip(&types)
-            .map(|(t, &ty)| match ty {
+        let mut pieces = FlatPieces::with_capacity(n, tokens.iter().map(|t| t.len()).sum());
+        let mut texts = String::with_capacity(pieces.bytes.capacity());
+        let mut text_ends = Vec::with_capacity(n);
+        for (t, &ty) in tokens.iter().zip(&types) {
+            match ty {
                 token_type::NORMAL | token_type::BYTE | token_type::UNUSED => {
-                    byte_level::decode_token(t, &inv)
+                    pieces.push_with(|out| byte_level::decode_token_into(t, &inv, out))
                 }
-                _ => t.as_bytes().to_vec(),
-            })
-            .collect();
+                _ => pieces.push_with(|out| out.extend_from_slice(t.as_bytes())),
+            }
+            texts.push_str(t);
+            text_ends.push(texts.len() as u32);
+        }
 
         let special_id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
             match f.get_u32(key) {
@@ -230,10 +239,10 @@ impl Tokenizer {
             .unwrap_or(matches!(pre, "llama3" | "llama-v3" | "llama-bpe"));
 
         Ok(Tokenizer {
-            with_special,
-            plain,
+            encoder: Mutex::new(encoder),
             pieces,
-            texts: tokens.iter().map(|t| t.to_string()).collect(),
+            texts,
+            text_ends,
             types,
             bos,
             eos,
@@ -246,11 +255,9 @@ impl Tokenizer {
     /// `parse_special = false`, text such as "<|im_end|>" is tokenized as plain
     /// characters and can never produce a control token.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
-        let t = if parse_special {
-            &self.with_special
-        } else {
-            &self.plain
-        };
+        // A panic inside `tokenizers` cannot leave the flag half-set: it is set on every call.
+        let mut t = self.encoder.lock().unwrap_or_else(PoisonError::into_inner);
+        t.set_encode_special_tokens(!parse_special);
         Ok(t.encode_fast(text, false).map_err(hf)?.get_ids().to_vec())
     }
 
@@ -259,9 +266,9 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         let mut bytes = Vec::new();
         for &id in ids {
-            let p = self.pieces.get(id as usize).ok_or(TokenizerError::BadId {
+            let p = self.pieces.get(id).ok_or(TokenizerError::BadId {
                 id,
-                n: self.pieces.len(),
+                n: self.vocab_size(),
             })?;
             bytes.extend_from_slice(p);
         }
@@ -287,11 +294,11 @@ impl Tokenizer {
 
     /// Borrowed form of `token_to_piece_bytes` (no allocation).
     pub fn piece(&self, id: u32) -> &[u8] {
-        self.pieces.get(id as usize).map_or(&[], |p| p.as_slice())
+        self.pieces.get(id).unwrap_or(&[])
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.pieces.len()
+        self.text_ends.len()
     }
 
     pub fn bos_id(&self) -> Option<u32> {
@@ -316,12 +323,22 @@ impl Tokenizer {
     /// The id of the token whose vocabulary string is `piece` (byte-level
     /// form for normal tokens, e.g. "Ġthe").
     pub fn token_id(&self, piece: &str) -> Option<u32> {
-        self.with_special.token_to_id(piece)
+        self.encoder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .token_to_id(piece)
     }
 
     /// The vocabulary string of a token.
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.texts.get(id as usize).map(|s| s.as_str())
+        let i = id as usize;
+        let end = *self.text_ends.get(i)? as usize;
+        let start = if i == 0 {
+            0
+        } else {
+            self.text_ends[i - 1] as usize
+        };
+        self.texts.get(start..end)
     }
 
     /// `tokenizer.ggml.token_type` of a token.
@@ -336,5 +353,40 @@ impl Tokenizer {
             self.token_type(id),
             Some(token_type::CONTROL | token_type::USER_DEFINED)
         )
+    }
+}
+
+/// The two tokens of a GGUF merge: like llama.cpp, the separator is the first space after
+/// position 0.
+fn split_merge(m: &str) -> Option<(&str, &str)> {
+    let (at, _) = m.char_indices().skip(1).find(|&(_, c)| c == ' ')?;
+    Some((&m[..at], &m[at + 1..]))
+}
+
+/// Byte strings of every token in one buffer (one allocation instead of one per token).
+struct FlatPieces {
+    bytes: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl FlatPieces {
+    fn with_capacity(n: usize, bytes: usize) -> Self {
+        FlatPieces {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(n),
+        }
+    }
+
+    /// Appends the next token's bytes, written by `fill`.
+    fn push_with(&mut self, fill: impl FnOnce(&mut Vec<u8>)) {
+        fill(&mut self.bytes);
+        self.ends.push(self.bytes.len() as u32);
+    }
+
+    fn get(&self, id: u32) -> Option<&[u8]> {
+        let i = id as usize;
+        let end = *self.ends.get(i)? as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        Some(&self.bytes[start..end])
     }
 }

@@ -133,6 +133,20 @@ fn tiny_synthetic_vocab() {
     assert_eq!(tok.encode("ba<|end|>", true).unwrap(), vec![1, 0, 3]);
     assert!(tok.is_end_of_generation(3));
     assert_eq!(tok.decode(&[2, 3]).unwrap(), "ab<|end|>");
+    // One encoder serves both modes: alternating them changes nothing.
+    for _ in 0..2 {
+        assert_eq!(tok.encode("b<|end|>", true).unwrap(), vec![1, 3]);
+        // (as plain text the control token's characters are not in this vocabulary)
+        assert_eq!(tok.encode("b<|end|>", false).unwrap(), vec![1]);
+    }
+    let texts: Vec<_> = (0..5).map(|id| tok.token_text(id)).collect();
+    assert_eq!(
+        texts,
+        [Some("a"), Some("b"), Some("ab"), Some("<|end|>"), None]
+    );
+    assert_eq!(tok.piece(3), b"<|end|>");
+    assert_eq!(tok.piece(4), b"");
+    assert_eq!(tok.vocab_size(), 4);
 }
 
 #[test]

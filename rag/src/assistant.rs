@@ -268,27 +268,37 @@ pub struct Assistant {
     preloading: Mutex<Option<JoinHandle<Result<LoadedModel>>>>,
 }
 
-/// A generation model and the file it came from.
-type LoadedModel = (PathBuf, Arc<Model>);
+/// A generation model, the file it came from, and a session on it.
+type LoadedModel = (PathBuf, Arc<Model>, Session);
 
-/// Resolve (fetching on first use) and load the generation model.
-fn load_model_file(name: &str, threads: usize, weights_cache: WeightsCache) -> Result<LoadedModel> {
-    let path = models::ensure(name)?;
-    let opts = LoadOptions {
-        threads,
-        weights_cache,
+/// Resolve (fetching on first use) and load the generation model, and make its session
+/// (graphs and buffers: part of what a preload hides).
+fn load_model_file(opts: &AssistantOptions) -> Result<LoadedModel> {
+    let path = models::ensure(&opts.model)?;
+    let load = LoadOptions {
+        threads: opts.threads,
+        weights_cache: opts.weights_cache.clone(),
     };
-    let model = Model::load(&path, &opts)?;
-    Ok((path, model))
+    let model = Model::load(&path, &load)?;
+    if let Some(w) = model.chat_template().warning() {
+        tracing::warn!("{w}");
+    }
+    let session = Session::new(
+        Arc::clone(&model),
+        SessionOptions {
+            kv_capacity: opts.kv_capacity,
+            ..SessionOptions::default()
+        },
+    )?;
+    Ok((path, model, session))
 }
 
 impl Assistant {
     /// Open (or create) the index; the LLM is loaded on the first question.
     pub fn open(opts: AssistantOptions) -> Result<Self> {
         let preloading = opts.preload_model.then(|| {
-            let (name, threads, cache) =
-                (opts.model.clone(), opts.threads, opts.weights_cache.clone());
-            std::thread::spawn(move || load_model_file(&name, threads, cache))
+            let opts = opts.clone();
+            std::thread::spawn(move || load_model_file(&opts))
         });
         let embedder: Option<Arc<dyn Embedder>> = if opts.dense {
             let dir = models::ensure(models::DEFAULT_EMBEDDER)?;
@@ -518,26 +528,12 @@ impl Assistant {
             .lock()
             .map_err(|_| anyhow!("model preloader poisoned"))?
             .take();
-        let (path, model) = match pending {
+        let (path, model, session) = match pending {
             Some(handle) => handle
                 .join()
                 .map_err(|_| anyhow!("the model loading thread panicked"))??,
-            None => load_model_file(
-                &self.opts.model,
-                self.opts.threads,
-                self.opts.weights_cache.clone(),
-            )?,
+            None => load_model_file(&self.opts)?,
         };
-        if let Some(w) = model.chat_template().warning() {
-            tracing::warn!("{w}");
-        }
-        let session = Session::new(
-            Arc::clone(&model),
-            SessionOptions {
-                kv_capacity: self.opts.kv_capacity,
-                ..SessionOptions::default()
-            },
-        )?;
         let stem = path
             .file_stem()
             .and_then(|s| s.to_str())

@@ -28,10 +28,9 @@ pub fn char_to_byte() -> Vec<Option<u8>> {
     inv
 }
 
-/// Bytes of a byte-level token string; chars outside the alphabet (which a
+/// Appends the bytes of a byte-level token string to `out`; chars outside the alphabet (which a
 /// well-formed vocabulary never has) are kept as their UTF-8 encoding.
-pub fn decode_token(piece: &str, inv: &[Option<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(piece.len());
+pub fn decode_token_into(piece: &str, inv: &[Option<u8>], out: &mut Vec<u8>) {
     for c in piece.chars() {
         match inv.get(c as usize).copied().flatten() {
             Some(b) => out.push(b),
@@ -41,5 +40,4 @@ pub fn decode_token(piece: &str, inv: &[Option<u8>]) -> Vec<u8> {
             }
         }
     }
-    out
 }
