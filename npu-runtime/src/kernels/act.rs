@@ -93,6 +93,10 @@ pub(crate) struct QuantActs {
     pub sum: Vec<i32>,
     pub sum_lo: Vec<i32>,
     pub dsum: Vec<f32>,
+    /// [`ActFormat::Q8K`] only: entry `i` = `pack_i16x2(sum[2i], sum[2i + 1])`, the two
+    /// block sums a Q4_K min pair multiplies (one `vpdpwssd` / `vpmaddwd` operand), made
+    /// once per token here instead of once per token and row group in the kernels.
+    pub sum_pairs: Vec<i32>,
 }
 
 impl QuantActs {
@@ -104,8 +108,16 @@ impl QuantActs {
             sum: vec![0; nb],
             sum_lo: vec![0; nb],
             dsum: vec![0.0; nb],
+            sum_pairs: vec![0; nb.div_ceil(2)],
         }
     }
+}
+
+/// Two block code sums as one i32 holding two i16 (`lo` in the low half; |sum| <= 32 * 127
+/// fits).
+#[inline(always)]
+pub(crate) fn pack_i16x2(lo: i32, hi: i32) -> i32 {
+    ((lo as u32 & 0xFFFF) | ((hi as u32) << 16)) as i32
 }
 
 /// Round to nearest, ties to even, for |v| < 2^22 (exact; matches the
@@ -163,6 +175,7 @@ pub(crate) struct ActsPtr {
     sum: *mut i32,
     sum_lo: *mut i32,
     dsum: *mut f32,
+    sum_pairs: *mut i32,
     len: usize,
 }
 // SAFETY: only used by tasks writing disjoint blocks while the `QuantActs` is
@@ -179,6 +192,7 @@ impl ActsPtr {
             sum: a.sum.as_mut_ptr(),
             sum_lo: a.sum_lo.as_mut_ptr(),
             dsum: a.dsum.as_mut_ptr(),
+            sum_pairs: a.sum_pairs.as_mut_ptr(),
             len: a.d.len(),
         }
     }
@@ -192,6 +206,11 @@ impl ActsPtr {
             *self.sum.add(blk) = sum;
             *self.sum_lo.add(blk) = sum_lo;
             *self.dsum.add(blk) = fmt.dsum(amax, d, sum);
+            // A Q8K group (8 blocks, one task's) stores its blocks in order, so the even
+            // block of an odd one's pair is already written.
+            if fmt == ActFormat::Q8K && blk % 2 == 1 {
+                *self.sum_pairs.add(blk / 2) = pack_i16x2(*self.sum.add(blk - 1), sum);
+            }
         }
     }
 }
@@ -312,6 +331,14 @@ mod tests {
                 assert_eq!(got.q, want.q, "{isa:?} {fmt:?}");
                 assert_eq!(got.sum, want.sum, "{isa:?} {fmt:?}");
                 assert_eq!(got.sum_lo, want.sum_lo, "{isa:?} {fmt:?}");
+                if fmt == ActFormat::Q8K {
+                    // every pair of block sums, read back as the two i16 the kernels see
+                    let n = x.len() / 32;
+                    for (i, &p) in got.sum_pairs[..n / 2].iter().enumerate() {
+                        let (lo, hi) = (p as i16 as i32, p >> 16);
+                        assert_eq!((lo, hi), (want.sum[2 * i], want.sum[2 * i + 1]), "{isa:?} {i}");
+                    }
+                }
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got.d), bits(&want.d), "{isa:?} {fmt:?}");
                 assert_eq!(bits(&got.dsum), bits(&want.dsum), "{isa:?} {fmt:?}");

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::act::QuantActs;
+use super::act::{pack_i16x2, QuantActs};
 use super::ggml::QUANT_TYPES;
 use super::layout::{block_plane_bytes, zero_point, Planes, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
 use super::matmul::{Kernel, OutOp, Output};
@@ -366,12 +366,6 @@ unsafe fn load_kcodes<const F: u8>(
     }
 }
 
-/// Two i32 code sums as one i32 holding two i16 (|sum| ≤ 32·127 fits).
-#[inline(always)]
-fn pack_i16x2(lo: i32, hi: i32) -> i32 {
-    ((lo as u32 & 0xFFFF) | ((hi as u32) << 16)) as i32
-}
-
 /// Q4_K / Q6_K: integer sums over each 256-column super-block; `vpmaddwd`
 /// applies the sub-block scale (an i16 pair per lane) instead of 1, and the
 /// Q4_K mins / Q6_K zero points are one `vpmaddwd` per block pair / block.
@@ -472,13 +466,13 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                         let v = _mm256_cvtepi32_ps(isum[dt][h]);
                         acc[h] = _mm256_fmadd_ps(v, _mm256_mul_ps(d, da), acc[h]);
                         if F == Q4K {
-                            let sums = acts.sum.as_ptr().add(blk0);
+                            // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
+                            let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
                             let mut m = _mm256_setzero_si256();
                             for (pp, mq) in mq.iter().enumerate() {
-                                let pair = pack_i16x2(*sums.add(2 * pp), *sums.add(2 * pp + 1));
                                 m = _mm256_add_epi32(
                                     m,
-                                    _mm256_madd_epi16(*mq, _mm256_set1_epi32(pair)),
+                                    _mm256_madd_epi16(*mq, _mm256_set1_epi32(*pairs.add(pp))),
                                 );
                             }
                             let neg = _mm256_castsi256_ps(_mm256_xor_si256(

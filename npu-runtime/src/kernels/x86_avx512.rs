@@ -214,12 +214,6 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     }
 }
 
-/// Two i32 code sums as one i32 holding two i16 (|sum| ≤ 32·127 fits).
-#[inline(always)]
-fn pack_i16x2(lo: i32, hi: i32) -> i32 {
-    ((lo as u32 & 0xFFFF) | ((hi as u32) << 16)) as i32
-}
-
 /// Q4_K / Q6_K: integer sums over each 256-column super-block (the
 /// sub-block scales are applied with `vpmulld` on the per-block dot
 /// products, Q4_K's mins with 4 `vpdpwssd`), one float step per super-block.
@@ -309,11 +303,11 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                     let v = _mm512_cvtepi32_ps(isum[dt]);
                     *acc = _mm512_fmadd_ps(v, _mm512_mul_ps(d, da), *acc);
                     if F == Q4K {
-                        let sums = acts.sum.as_ptr().add(blk0);
+                        // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
+                        let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
                         let mut m = _mm512_setzero_si512();
                         for (pp, mq) in mq.iter().enumerate() {
-                            let pair = pack_i16x2(*sums.add(2 * pp), *sums.add(2 * pp + 1));
-                            m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(pair));
+                            m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(*pairs.add(pp)));
                         }
                         let neg = _mm512_castsi512_ps(_mm512_xor_si512(
                             _mm512_castps_si512(_mm512_mul_ps(dmin, da)),
