@@ -554,13 +554,18 @@ impl Assistant {
             model.threads(),
         );
         let curve_key = CurveKey::current(&path, model.threads()).ok();
-        // Without a valid cached curve the generator profiles one on the first question.
+        // Without a valid cached curve the first answer uses `provisional_budget` and the
+        // curve is profiled after it (see `ask`).
         let cached = curve_key
             .as_ref()
             .and_then(|k| curve_cache::load(&curve_file, k).ok());
         let curve_stored = cached.is_some();
         let cfg = GenConfig {
             cost_curve: cached,
+            // Without a cached curve the first answer verifies 4-row drafts (cost(4) ~
+            // cost(1) on every CPU measured) and the curve is profiled after it, not
+            // before its first token.
+            provisional_budget: Some(4),
             calib_window: self.opts.calib_window,
             ..GenConfig::default()
         };
@@ -700,7 +705,20 @@ impl Assistant {
             .truncate(st.committed.len().min(st.session.n_past()))?;
         st.committed.truncate(st.session.n_past());
 
-        // The first generation profiles the verify-cost curve; keep it for the next run.
+        // Without a cached verify-cost curve, profile it now that the answer is out (at
+        // this depth, nothing committed) and keep it for the next run.
+        if st.generator.cost_curve().is_none() {
+            let GenState {
+                generator,
+                session,
+                committed,
+                ..
+            } = &mut *st;
+            let pending = committed.last().copied().unwrap_or(0);
+            if let Err(e) = generator.profile_curve(session, pending) {
+                tracing::warn!("could not profile the verify-cost curve: {e}");
+            }
+        }
         if !st.curve_stored {
             let stored = match (&st.curve_key, st.generator.cost_curve()) {
                 (Some(key), Some(curve)) => {

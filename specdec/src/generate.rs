@@ -31,6 +31,11 @@ pub struct GenConfig {
     pub fixed_budget: Option<usize>,
     /// Verify-cost curve; profiled through the target on first use when None.
     pub cost_curve: Option<CostCurve>,
+    /// Without a cost curve, verify this many rows per step instead of profiling one
+    /// before the first token (profiling costs seconds on a large model); the caller
+    /// profiles later, off the latency path, with [`Generator::profile_curve`].
+    /// `None`: profile on first use.
+    pub provisional_budget: Option<usize>,
     pub profile_reps: usize,
     /// Rank draft nodes by acceptance learned online per node feature (else by the
     /// drafters' heuristic priors only).
@@ -50,6 +55,7 @@ impl Default for GenConfig {
             trie_nodes: 256,
             fixed_budget: None,
             cost_curve: None,
+            provisional_budget: None,
             profile_reps: 3,
             learned_ranking: true,
             arm_choice: true,
@@ -141,6 +147,23 @@ impl Generator {
         self.controller.as_ref().map(|c| c.curve())
     }
 
+    /// Profiles the verify-cost curve through `target` (chains after `pending`, nothing
+    /// committed) and starts the budget controller on it, unless it already has a curve.
+    /// Returns the milliseconds spent (0 if there was a curve).
+    pub fn profile_curve<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+        pending: u32,
+    ) -> Result<f64, SpecError> {
+        if self.controller.is_some() {
+            return Ok(0.0);
+        }
+        let t = Instant::now();
+        let curve = CostCurve::profile(target, pending, &DEFAULT_SIZES, self.cfg.profile_reps)?;
+        self.controller = Some(BudgetController::new(curve, self.cfg.max_budget));
+        Ok(ms(t))
+    }
+
     /// Accepted per estimated draft token at each candidate budget (tree of every
     /// source), as the controller has calibrated it so far.
     pub fn calibration_ratios(&self) -> Vec<(usize, f64)> {
@@ -189,12 +212,8 @@ impl Generator {
         let from = prompt.len().saturating_sub(self.drafter.prefill_window());
         target.prefill_topk_from(prompt, topk, from, &mut self.pre)?;
         m.prefill_ms = ms(t);
-        if self.controller.is_none() {
-            let t = Instant::now();
-            let curve =
-                CostCurve::profile(target, self.pre.next, &DEFAULT_SIZES, self.cfg.profile_reps)?;
-            m.profile_ms = ms(t);
-            self.controller = Some(BudgetController::new(curve, self.cfg.max_budget));
+        if self.controller.is_none() && self.cfg.provisional_budget.is_none() {
+            m.profile_ms = self.profile_curve(target, self.pre.next)?;
         }
         let saturation = self
             .controller
@@ -252,7 +271,7 @@ impl Generator {
             // base arm only when the tree has nodes it excludes).
             let (arm, budget) = match (self.cfg.fixed_budget, self.controller.as_ref()) {
                 (Some(b), _) => (ARM_ALL, b),
-                (None, None) => (ARM_ALL, 1),
+                (None, None) => (ARM_ALL, self.cfg.provisional_budget.unwrap_or(1)),
                 (None, Some(c)) => {
                     let all = c.choose(ARM_ALL, &est[ARM_ALL], self.tree.arm_len(ARM_ALL));
                     let base_len = self.tree.arm_len(ARM_BASE);

@@ -245,3 +245,44 @@ fn database_drafts_are_used() {
     let (_, m2) = run(&mut no_db, &mut lm, &prompt, 60);
     assert!(m2.steps > m.steps);
 }
+
+#[test]
+fn provisional_budget_defers_profiling_until_asked() {
+    let mut lm = MockLm::new(500, 21);
+    lm.copy_pct = 95;
+    lm.eog_permille = 0;
+    let prompt = prompt_from(7, 200, 500);
+    let mut gen = Generator::new(
+        Mode::Sdnpu,
+        None,
+        GenConfig {
+            provisional_budget: Some(4),
+            ..Default::default()
+        },
+    );
+    let (got, m) = run(&mut gen, &mut lm, &prompt, 120);
+    assert_eq!(got, lm.greedy(&prompt, 120));
+    assert_eq!(m.profile_ms, 0.0, "profiled before answering");
+    assert!(gen.cost_curve().is_none());
+    assert!(
+        m.verified_rows <= 4 * m.steps,
+        "budget above the provisional 4"
+    );
+    assert!(
+        m.mean_accepted() > 1.5,
+        "{} tokens per step",
+        m.mean_accepted()
+    );
+    // Profiled when asked, once; the next generation runs on the controller.
+    assert!(gen.profile_curve(&mut lm, got[0]).unwrap() >= 0.0);
+    let sizes = gen
+        .cost_curve()
+        .expect("a curve after profiling")
+        .sizes
+        .len();
+    assert!(sizes > 1);
+    assert_eq!(gen.profile_curve(&mut lm, got[0]).unwrap(), 0.0);
+    let (again, m) = run(&mut gen, &mut lm, &prompt, 120);
+    assert_eq!(again, got);
+    assert_eq!(m.profile_ms, 0.0);
+}

@@ -336,7 +336,11 @@ mod tests {
                     let n = x.len() / 32;
                     for (i, &p) in got.sum_pairs[..n / 2].iter().enumerate() {
                         let (lo, hi) = (p as i16 as i32, p >> 16);
-                        assert_eq!((lo, hi), (want.sum[2 * i], want.sum[2 * i + 1]), "{isa:?} {i}");
+                        assert_eq!(
+                            (lo, hi),
+                            (want.sum[2 * i], want.sum[2 * i + 1]),
+                            "{isa:?} {i}"
+                        );
                     }
                 }
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
