@@ -1,7 +1,7 @@
 //! Times the quantized matmul on Qwen2.5-0.5B shapes for several batch sizes.
 //!
 //! cargo run -p npu-runtime --release --example kernel_bench -- \
-//!     [--threads N] [--isa avx512|avx2|portable] [--min-ms MS] [--only NAME]
+//!     [--threads N] [--isa avx512|avxvnni|avx2|portable] [--min-ms MS] [--only NAME]
 //!
 //! Weights are random but valid ggml blocks of each tensor's real type. GB/s is
 //! weight bytes (repacked, ≈ GGUF size) per call divided by the call's time.
@@ -73,6 +73,7 @@ fn main() {
     let isa = match arg("--isa").as_deref() {
         Some("portable") => Isa::Portable,
         Some("avx2") => Isa::Avx2,
+        Some("avxvnni") => Isa::AvxVnni,
         Some("avx512") => Isa::Avx512Vnni,
         None => Isa::available()[0],
         Some(o) => panic!("unknown isa {o}"),

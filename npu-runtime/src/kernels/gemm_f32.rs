@@ -66,7 +66,7 @@ impl GemmIsa {
     pub fn detect() -> GemmIsa {
         let cap = match detected() {
             Isa::Avx512Vnni => GemmIsa::Avx512,
-            Isa::Avx2 => GemmIsa::Avx2Fma,
+            Isa::Avx2 | Isa::AvxVnni => GemmIsa::Avx2Fma,
             Isa::Portable => GemmIsa::Scalar,
         };
         GemmIsa::available()

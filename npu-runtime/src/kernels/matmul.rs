@@ -879,6 +879,8 @@ unsafe fn run_isa(
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => super::x86_avx512::run(k, acts, x, g0, g1, out),
             #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => super::x86_avx2::run_vnni(k, acts, x, g0, g1, out),
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => super::x86_avx2::run(k, acts, x, g0, g1, out),
             _ => portable::run(k, acts, x, g0, g1, out),
         }

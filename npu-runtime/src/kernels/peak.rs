@@ -23,7 +23,7 @@ pub fn int8_macs_per_sec(threads: usize, rounds: usize) -> Option<f64> {
     let isa = detected();
     let macs_per_iter = match isa {
         Isa::Avx512Vnni => CHAINS as u64 * 64,
-        Isa::Avx2 => CHAINS as u64 * 32,
+        Isa::Avx2 | Isa::AvxVnni => CHAINS as u64 * 32,
         _ => return None,
     };
     let threads = threads.max(1);
@@ -51,6 +51,10 @@ fn run_chains(isa: Isa, seed: i32) -> u64 {
         if isa == Isa::Avx512Vnni && isa.is_supported() {
             // SAFETY: the CPU supports AVX-512 F/VNNI (checked just above).
             return unsafe { chains_avx512(seed) };
+        }
+        if isa == Isa::AvxVnni && isa.is_supported() {
+            // SAFETY: the CPU supports AVX2 and AVX-VNNI (checked just above).
+            return unsafe { chains_avx_vnni(seed) };
         }
         if isa == Isa::Avx2 && isa.is_supported() {
             // SAFETY: the CPU supports AVX2 (checked just above).
@@ -81,6 +85,36 @@ unsafe fn chains_avx512(seed: i32) -> u64 {
 }
 
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avxvnni")]
+unsafe fn chains_avx_vnni(seed: i32) -> u64 {
+    use std::arch::x86_64::*;
+    let a = _mm256_set1_epi32(0x0101_0101 * (seed & 0x3F));
+    let b = _mm256_set1_epi32(0x0102_0301);
+    let mut acc = [_mm256_setzero_si256(); CHAINS];
+    for _ in 0..ITERS {
+        for c in acc.iter_mut() {
+            *c = _mm256_dpbusd_avx_epi32(*c, a, b);
+        }
+    }
+    lane_sum(acc)
+}
+
+/// Wrapping sum of every lane of the chains (depends on all of them).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn lane_sum(acc: [std::arch::x86_64::__m256i; CHAINS]) -> u64 {
+    use std::arch::x86_64::*;
+    let mut s = _mm256_setzero_si256();
+    for c in acc {
+        s = _mm256_add_epi32(s, c);
+    }
+    let mut lanes = [0i32; 8];
+    // SAFETY: `lanes` holds 8 i32, the 32 bytes stored.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), s) };
+    lanes.iter().fold(0u32, |s, &x| s.wrapping_add(x as u32)) as u64
+}
+
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn chains_avx2(seed: i32) -> u64 {
     use std::arch::x86_64::*;
@@ -94,13 +128,7 @@ unsafe fn chains_avx2(seed: i32) -> u64 {
             *c = _mm256_add_epi32(*c, p);
         }
     }
-    let mut s = _mm256_setzero_si256();
-    for c in acc {
-        s = _mm256_add_epi32(s, c);
-    }
-    let mut lanes = [0i32; 8];
-    _mm256_storeu_si256(lanes.as_mut_ptr().cast(), s);
-    lanes.iter().fold(0u32, |s, &x| s.wrapping_add(x as u32)) as u64
+    lane_sum(acc)
 }
 
 #[cfg(test)]
@@ -116,10 +144,18 @@ mod tests {
         let per_lane_iter: u64 = 3 * (1 + 3 + 2 + 1);
         let lanes = match isa {
             Isa::Avx512Vnni => 16,
-            Isa::Avx2 => 8,
+            Isa::Avx2 | Isa::AvxVnni => 8,
             _ => return,
         };
         let want = (per_lane_iter * ITERS * CHAINS as u64 * lanes) as u32 as u64;
         assert_eq!(run_chains(isa, seed), want);
+        // Every supported x86 tier, not only the detected one.
+        for isa in [Isa::AvxVnni, Isa::Avx2]
+            .into_iter()
+            .filter(|i| i.is_supported())
+        {
+            let want = (per_lane_iter * ITERS * CHAINS as u64 * 8) as u32 as u64;
+            assert_eq!(run_chains(isa, seed), want, "{isa:?}");
+        }
     }
 }

@@ -50,8 +50,8 @@ pub(crate) unsafe fn silu_mul_unchecked(isa: Isa, gate: &mut [f32], up: &[f32]) 
         // SAFETY: the caller guarantees AVX-512F (part of Avx512Vnni) and FMA.
         Isa::Avx512Vnni => unsafe { silu_mul_avx512(gate, up) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the caller guarantees AVX2 and FMA.
-        Isa::Avx2 => unsafe { silu_mul_fma(gate, up) },
+        // SAFETY: the caller guarantees AVX2 and FMA (part of both AVX2 tiers).
+        Isa::Avx2 | Isa::AvxVnni => unsafe { silu_mul_fma(gate, up) },
         _ => silu_mul_body(gate, up),
     }
 }

@@ -8,6 +8,10 @@ use std::sync::OnceLock;
 pub enum Isa {
     /// AVX-512 F/BW/VL + VNNI (`vpdpbusd`) + F16C/FMA.
     Avx512Vnni,
+    /// AVX2 + FMA + F16C + AVX-VNNI (VEX `vpdpbusd` on 256 bits: Intel Alder Lake and
+    /// later without AVX-512, AMD Zen 4/5): the AVX2 kernels with one dot-product
+    /// instruction where AVX2 needs `vpmaddubsw` + `vpmaddwd` + `vpaddd`.
+    AvxVnni,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// Plain Rust, any target.
@@ -26,6 +30,8 @@ impl Isa {
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => Isa::Avx2.is_supported() && is_x86_feature_detected!("avxvnni"),
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
                 Isa::Avx2.is_supported()
                     && is_x86_feature_detected!("avx512f")
@@ -40,7 +46,7 @@ impl Isa {
 
     /// Every ISA this CPU supports, best first.
     pub fn available() -> Vec<Isa> {
-        [Isa::Avx512Vnni, Isa::Avx2, Isa::Portable]
+        [Isa::Avx512Vnni, Isa::AvxVnni, Isa::Avx2, Isa::Portable]
             .into_iter()
             .filter(|i| i.is_supported())
             .collect()
@@ -50,6 +56,7 @@ impl Isa {
         match s.trim().to_ascii_lowercase().as_str() {
             "portable" | "scalar" => Some(Isa::Portable),
             "avx2" => Some(Isa::Avx2),
+            "avxvnni" | "avx-vnni" => Some(Isa::AvxVnni),
             "avx512" | "avx512vnni" => Some(Isa::Avx512Vnni),
             _ => None,
         }
@@ -57,7 +64,7 @@ impl Isa {
 }
 
 /// The ISA kernels use by default: the best one this CPU supports, unless the
-/// environment variable `RAG_ISA` (`portable`, `avx2`, `avx512`) asks for
+/// environment variable `RAG_ISA` (`portable`, `avx2`, `avxvnni`, `avx512`) asks for
 /// another supported one. Decided once per process.
 pub fn detected() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
@@ -83,6 +90,9 @@ mod tests {
         assert!(Isa::available().contains(&Isa::Portable));
         assert!(detected().is_supported());
         assert_eq!(Isa::parse("AVX512"), Some(Isa::Avx512Vnni));
+        assert_eq!(Isa::parse("avx-vnni"), Some(Isa::AvxVnni));
+        // AVX-VNNI implies the AVX2 tier.
+        assert!(!Isa::AvxVnni.is_supported() || Isa::Avx2.is_supported());
         assert_eq!(Isa::parse("nope"), None);
     }
 }

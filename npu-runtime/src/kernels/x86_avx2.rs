@@ -132,6 +132,35 @@ pub(crate) unsafe fn run(
     }
 }
 
+/// [`run`] with AVX-VNNI: `vpdpbusd` on 256 bits instead of `vpmaddubsw` + `vpmaddwd`
+/// (+ `vpaddd`); the same exact integer sums, so the same bits.
+///
+/// # Safety
+/// As [`run`], and the CPU must support AVX-VNNI (`Isa::AvxVnni.is_supported()`).
+pub(crate) unsafe fn run_vnni(
+    k: &Kernel,
+    acts: &QuantActs,
+    x: &[f32],
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
+    // SAFETY (all arms): the caller guarantees the CPU features and inputs.
+    unsafe {
+        match k.ty {
+            GgmlType::Q4_0 => quant_vnni::<Q4_0>(k, acts, g0, g1, write),
+            GgmlType::Q4_1 => quant_vnni::<Q4_1>(k, acts, g0, g1, write),
+            GgmlType::Q5_0 => quant_vnni::<Q5_0>(k, acts, g0, g1, write),
+            GgmlType::Q5_1 => quant_vnni::<Q5_1>(k, acts, g0, g1, write),
+            GgmlType::Q8_0 => quant_vnni::<Q8_0>(k, acts, g0, g1, write),
+            GgmlType::Q4K => kquant_vnni::<Q4K>(k, acts, g0, g1, write),
+            GgmlType::Q6K => kquant_vnni::<Q6K>(k, acts, g0, g1, write),
+            GgmlType::F32 | GgmlType::F16 => float(k, x, g0, g1, write),
+            _ => unreachable!("{} is not a kernel type", k.ty),
+        }
+    }
+}
+
 fn fmt_type(f: u8) -> GgmlType {
     QUANT_TYPES[f as usize]
 }
@@ -220,9 +249,35 @@ fn dot4(w: __m256i, a: __m256i) -> __m256i {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
+    // SAFETY: forwarded from `run`.
+    unsafe { quant_body::<F, false>(k, acts, g0, g1, write) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn quant_vnni<const F: u8>(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
+    // SAFETY: forwarded from `run_vnni`.
+    unsafe { quant_body::<F, true>(k, acts, g0, g1, write) }
+}
+
+/// The legacy-format kernel, inlined into a wrapper per feature set (`VNNI`: AVX-VNNI
+/// `vpdpbusd` on the stored unsigned codes; else `vpmaddubsw` + `vpmaddwd`).
+#[inline(always)]
+unsafe fn quant_body<const F: u8, const VNNI: bool>(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
     let nb = k.cols / 32;
-    // Q8_0 codes are made signed again for the sign trick, so no zero point.
-    let z = if F == Q8_0 {
+    // Without VNNI, Q8_0 codes are made signed again for the sign trick, so no zero point.
+    let z = if F == Q8_0 && !VNNI {
         0
     } else {
         zero_point(fmt_type(F))
@@ -266,7 +321,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                     }
                     let (mut wabs, mut wsgn) =
                         ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
-                    if F == Q8_0 {
+                    if F == Q8_0 && !VNNI {
                         for c in 0..8 {
                             wsgn[c] = _mm256_xor_si256(w[c], flip);
                             wabs[c] = _mm256_abs_epi8(wsgn[c]);
@@ -296,8 +351,13 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                         let mut i0 = _mm256_set1_epi32(-z * s);
                         let mut i1 = _mm256_setzero_si256();
                         for c in (0..8).step_by(2) {
-                            i0 = _mm256_add_epi32(i0, prod(c));
-                            i1 = _mm256_add_epi32(i1, prod(c + 1));
+                            if VNNI {
+                                i0 = _mm256_dpbusd_avx_epi32(i0, w[c], bc(c));
+                                i1 = _mm256_dpbusd_avx_epi32(i1, w[c + 1], bc(c + 1));
+                            } else {
+                                i0 = _mm256_add_epi32(i0, prod(c));
+                                i1 = _mm256_add_epi32(i1, prod(c + 1));
+                            }
                         }
                         let isum = _mm256_add_epi32(i0, i1);
                         let da = _mm256_set1_ps(*acts.d.get_unchecked(blk));
@@ -371,6 +431,32 @@ unsafe fn load_kcodes<const F: u8>(
 /// Q4_K mins / Q6_K zero points are one `vpmaddwd` per block pair / block.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
+    // SAFETY: forwarded from `run`.
+    unsafe { kquant_body::<F, false>(k, acts, g0, g1, write) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn kquant_vnni<const F: u8>(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
+    // SAFETY: forwarded from `run_vnni`.
+    unsafe { kquant_body::<F, true>(k, acts, g0, g1, write) }
+}
+
+/// The K-quant kernel, inlined into a wrapper per feature set (`VNNI`: half-block
+/// `vpdpbusd` sums times the sub-block scales by `vpmulld`, as on AVX-512).
+#[inline(always)]
+unsafe fn kquant_body<const F: u8, const VNNI: bool>(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
     let nb = k.cols / 32;
     let mut acc_buf = [MaybeUninit::<[__m256; 2]>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<[__m256i; 2]>::uninit(); TCHUNK];
@@ -402,12 +488,13 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                         let w = load_kcodes::<F>(codes, high, b, h);
                         // Scales as an i16 pair per lane: Q4_K (sc, sc); Q6_K
                         // (lo, hi) for the zero point, and duplicated halves.
-                        let (pair, sc_lo, sc_hi) = if F == Q4K {
-                            let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                        // (VNNI: the same scales as i32, `s32_lo` / `s32_hi`.)
+                        let (pair, sc_lo, sc_hi, s32_lo, s32_hi) = if F == Q4K {
+                            let sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
                                 s.add(Q4K_SC + 16 * j + 8 * h).cast(),
                             ));
-                            let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
-                            (sc, sc, sc)
+                            let sc = _mm256_or_si256(sc32, _mm256_slli_epi32::<16>(sc32));
+                            (sc, sc, sc, sc32, sc32)
                         } else {
                             let pair = _mm256_cvtepi8_epi16(_mm_loadu_si128(
                                 s.add(Q6K_SUB + 32 * j + 16 * h).cast(),
@@ -416,22 +503,41 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                                 pair,
                                 _mm256_shuffle_epi8(pair, dup_lo),
                                 _mm256_shuffle_epi8(pair, dup_hi),
+                                _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(pair)),
+                                _mm256_srai_epi32::<16>(pair),
                             )
                         };
                         for (dt, isum) in isum.iter_mut().enumerate() {
                             let blk = (t0 + dt) * nb + b;
                             let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
                             let bc = |c: usize| _mm256_set1_epi32(a.add(c).read_unaligned());
-                            let prod = |c: usize, sc: __m256i| {
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], bc(c)), sc)
+                            let mut v = if VNNI {
+                                let (mut lo, mut hi) =
+                                    (_mm256_setzero_si256(), _mm256_setzero_si256());
+                                for c in 0..4 {
+                                    lo = _mm256_dpbusd_avx_epi32(lo, w[c], bc(c));
+                                    hi = _mm256_dpbusd_avx_epi32(hi, w[c + 4], bc(c + 4));
+                                }
+                                if F == Q4K {
+                                    _mm256_mullo_epi32(_mm256_add_epi32(lo, hi), s32_lo)
+                                } else {
+                                    _mm256_add_epi32(
+                                        _mm256_mullo_epi32(lo, s32_lo),
+                                        _mm256_mullo_epi32(hi, s32_hi),
+                                    )
+                                }
+                            } else {
+                                let prod = |c: usize, sc: __m256i| {
+                                    _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], bc(c)), sc)
+                                };
+                                let mut lo = prod(0, sc_lo);
+                                let mut hi = prod(4, sc_hi);
+                                for c in 1..4 {
+                                    lo = _mm256_add_epi32(lo, prod(c, sc_lo));
+                                    hi = _mm256_add_epi32(hi, prod(c + 4, sc_hi));
+                                }
+                                _mm256_add_epi32(lo, hi)
                             };
-                            let mut lo = prod(0, sc_lo);
-                            let mut hi = prod(4, sc_hi);
-                            for c in 1..4 {
-                                lo = _mm256_add_epi32(lo, prod(c, sc_lo));
-                                hi = _mm256_add_epi32(hi, prod(c + 4, sc_hi));
-                            }
-                            let mut v = _mm256_add_epi32(lo, hi);
                             if F == Q6K {
                                 let s_all = *acts.sum.get_unchecked(blk);
                                 let s_lo = *acts.sum_lo.get_unchecked(blk);
