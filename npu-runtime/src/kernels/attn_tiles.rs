@@ -83,20 +83,14 @@ pub fn scores_tiled_with_isa(
     }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && isa.is_supported() {
-        // SAFETY: the CPU supports AVX2 and FMA.
-        return unsafe { canon_fma(q, hd, kt, n_keys, out, out_stride) };
+        // SAFETY: the CPU supports AVX2 and FMA (both AVX2 tiers); extents as above.
+        return unsafe { scores_avx2(q, hd, kt, n_keys, out, out_stride) };
     }
     let _ = isa;
     canon_body(q, hd, kt, n_keys, out, out_stride)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn canon_fma(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], stride: usize) {
-    canon_body(q, hd, kt, n_keys, out, stride)
-}
-
-/// One query and one tile at a time, in quarters: quarter `r < 4` holds the partials
+/// The portable kernel: one query and one tile at a time, in quarters: quarter `r < 4` holds the partials
 /// `l = r, r + 4, r + 8, r + 12` (8 ymm on AVX2) and folds them to
 /// `c_r = (p_r + p_{r+8}) + (p_{r+4} + p_{r+12})`; then `(c_0 + c_2) + (c_1 + c_3)`,
 /// the additions of `dot_finish` in its tree order.
@@ -171,6 +165,75 @@ unsafe fn scores_avx512(
     out: &mut [f32],
     stride: usize,
 ) {
+    // SAFETY: the contract above; each pass gets at most `QUERIES_PER_PASS` queries.
+    unsafe {
+        tile_passes(q, hd, kt, n_keys, out, stride, |qb, args| match qb {
+            4 => canon_quarters_avx512::<4>(args),
+            3 => canon_quarters_avx512::<3>(args),
+            2 => canon_quarters_avx512::<2>(args),
+            _ => canon_quarters_avx512::<1>(args),
+        })
+    }
+}
+
+/// The AVX2 form of [`scores_avx512`]: each pass runs a tile's two 8-key halves in turn
+/// (16 ymm registers hold 4 partials for [`QUERIES_PER_PASS_AVX2`] queries, not for 4).
+///
+/// # Safety
+/// AVX2 and FMA; extents as [`scores_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_avx2(
+    q: &[f32],
+    hd: usize,
+    kt: &[f32],
+    n_keys: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
+    // SAFETY: the contract above; each pass gets at most `QUERIES_PER_PASS` queries,
+    // split here into runs of at most `QUERIES_PER_PASS_AVX2`.
+    unsafe {
+        tile_passes(q, hd, kt, n_keys, out, stride, |qb, args| {
+            let (q, hd, tile, out, stride, lanes) = args;
+            let mut a = 0;
+            while a < qb {
+                let n = (qb - a).min(QUERIES_PER_PASS_AVX2);
+                let args = (q.add(a * hd), hd, tile, out.add(a * stride), stride, lanes);
+                for half in 0..2 {
+                    match n {
+                        2 => canon_quarters_avx2::<2>(args, half),
+                        _ => canon_quarters_avx2::<1>(args, half),
+                    }
+                }
+                a += n;
+            }
+        })
+    }
+}
+
+/// Queries per run of the AVX2 kernel over one tile half.
+#[cfg(target_arch = "x86_64")]
+const QUERIES_PER_PASS_AVX2: usize = 2;
+
+/// Drives `pass(qb, args)` over every tile and every group of at most
+/// [`QUERIES_PER_PASS`] queries, prefetching the next tile a share of its rows per pass
+/// when there are enough passes.
+///
+/// # Safety
+/// As [`scores_avx512`] for the extents; `pass` must be safe to call on `qb` queries of
+/// one tile with the given arguments.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_passes(
+    q: &[f32],
+    hd: usize,
+    kt: &[f32],
+    n_keys: usize,
+    out: &mut [f32],
+    stride: usize,
+    pass_fn: impl Fn(usize, BlockArgs),
+) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     let n_q = q.len() / hd;
     let n_tiles = n_keys.div_ceil(TILE);
@@ -203,16 +266,9 @@ unsafe fn scores_avx512(
                 stride,
                 lanes,
             );
-            // SAFETY: queries a..a + qb, tile t and their output rows lie within the
-            // extents of this function's contract.
-            unsafe {
-                match qb {
-                    4 => canon_quarters_avx512::<4>(args),
-                    3 => canon_quarters_avx512::<3>(args),
-                    2 => canon_quarters_avx512::<2>(args),
-                    _ => canon_quarters_avx512::<1>(args),
-                }
-            }
+            // (Queries a..a + qb, tile t and their output rows lie within the extents of
+            // the caller's contract.)
+            pass_fn(qb, args);
             a += qb;
         }
     }
@@ -279,6 +335,69 @@ unsafe fn canon_quarters_avx512<const QB: usize>(args: BlockArgs) {
                 *s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, *s);
             }
             _mm512_mask_storeu_ps(out.add(a * stride), mask, *s);
+        }
+    }
+}
+
+/// [`canon_quarters_avx512`] on one 8-key half (`half` 0 or 1) of a tile: the same
+/// additions per lane in the same order.
+///
+/// # Safety
+/// AVX2 and FMA; `QB` query rows of `hd` at `q`, one tile at `tile`, `QB` output rows at
+/// `stride` with `lanes` (1..=16) writable floats each.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn canon_quarters_avx2<const QB: usize>(args: BlockArgs, half: usize) {
+    use std::arch::x86_64::*;
+    let (q, hd, tile, out, stride, lanes) = args;
+    let n = lanes.saturating_sub(8 * half).min(8);
+    if n == 0 {
+        return;
+    }
+    let full = hd - hd % 16;
+    let zero = _mm256_setzero_ps();
+    let mut e0 = [zero; QB];
+    let mut s = [zero; QB];
+    // SAFETY (this block): reads stay in the QB query rows and the tile (each row's
+    // 16 floats, this half's 8), stores in the first `lanes` floats of each output row.
+    unsafe {
+        let tile = tile.add(8 * half);
+        for (step, r) in QUARTER_ORDER.into_iter().enumerate() {
+            let rows = tile.add(step * (full / 4) * TILE);
+            let mut p = [[zero; 4]; QB];
+            let mut c = 0;
+            while c < full {
+                for i in 0..4 {
+                    let d = c + r + 4 * i;
+                    let k = _mm256_loadu_ps(rows.add((c / 4 + i) * TILE));
+                    for (a, p) in p.iter_mut().enumerate() {
+                        p[i] = _mm256_fmadd_ps(_mm256_set1_ps(*q.add(a * hd + d)), k, p[i]);
+                    }
+                }
+                c += 16;
+            }
+            for (a, p) in p.iter().enumerate() {
+                let cr = _mm256_add_ps(_mm256_add_ps(p[0], p[2]), _mm256_add_ps(p[1], p[3]));
+                match step {
+                    0 => e0[a] = cr,
+                    1 => e0[a] = _mm256_add_ps(e0[a], cr),
+                    2 => s[a] = cr,
+                    _ => s[a] = _mm256_add_ps(e0[a], _mm256_add_ps(s[a], cr)),
+                }
+            }
+        }
+        // Lane i is stored when i < n (the mask's sign bits).
+        let mask = _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(n as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        for (a, s) in s.iter_mut().enumerate() {
+            for d in full..hd {
+                let k = _mm256_loadu_ps(tile.add(d * TILE));
+                *s = _mm256_fmadd_ps(_mm256_set1_ps(*q.add(a * hd + d)), k, *s);
+            }
+            _mm256_maskstore_ps(out.add(a * stride + 8 * half), mask, *s);
         }
     }
 }
