@@ -219,8 +219,92 @@ pub fn axpy_rows_multi_with_isa(
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && isa.is_supported() {
+        let mut a0 = 0;
+        while a0 < n_q {
+            let h = (n_q - a0).min(2);
+            let (w, acc) = (&w[a0 * w_stride..], &mut acc[a0 * len..(a0 + h) * len]);
+            // SAFETY: the CPU supports AVX2 and FMA; the bounds checked above cover the
+            // `h` queries starting at `a0`.
+            unsafe {
+                match h {
+                    2 => axpy_multi_avx2::<2>(w, w_stride, n_rows, rows, stride, acc, len),
+                    _ => axpy_multi_avx2::<1>(w, w_stride, n_rows, rows, stride, acc, len),
+                }
+            }
+            a0 += h;
+        }
+        return;
+    }
     for (a, acc) in acc.chunks_exact_mut(len).enumerate() {
         axpy_rows_with_isa(isa, &w[a * w_stride..][..n_rows], rows, stride, acc);
+    }
+}
+
+/// [`axpy_multi_avx512`] on 256 bits: column blocks of 32 (then 8, then scalar), `H`
+/// queries per row load (16 ymm registers: 2 queries x 4 vectors of accumulators).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy_multi_avx2<const H: usize>(
+    w: &[f32],
+    w_stride: usize,
+    n_rows: usize,
+    rows: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    len: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut c = 0;
+    while c + 8 <= len {
+        let nv = if c + 32 <= len { 4 } else { 1 };
+        let mut r = [[_mm256_setzero_ps(); 4]; H];
+        // SAFETY (this block): acc at a * len + c + 8 * t + 8 <= H * len, rows at
+        // j * stride + c + 8 * nv <= (n_rows - 1) * stride + len, w at a * w_stride + j <
+        // (H - 1) * w_stride + n_rows (the caller's extents).
+        unsafe {
+            for (a, r) in r.iter_mut().enumerate() {
+                for (t, r) in r.iter_mut().enumerate().take(nv) {
+                    *r = _mm256_loadu_ps(acc.as_ptr().add(a * len + c + 8 * t));
+                }
+            }
+            for j in 0..n_rows {
+                let base = rows.as_ptr().add(j * stride + c);
+                let mut wb = [_mm256_setzero_ps(); H];
+                for (a, wb) in wb.iter_mut().enumerate() {
+                    *wb = _mm256_set1_ps(*w.get_unchecked(a * w_stride + j));
+                }
+                if nv == 4 {
+                    for t in 0..4 {
+                        let v = _mm256_loadu_ps(base.add(8 * t));
+                        for (r, wb) in r.iter_mut().zip(&wb) {
+                            r[t] = _mm256_fmadd_ps(*wb, v, r[t]);
+                        }
+                    }
+                } else {
+                    let v = _mm256_loadu_ps(base);
+                    for (r, wb) in r.iter_mut().zip(&wb) {
+                        r[0] = _mm256_fmadd_ps(*wb, v, r[0]);
+                    }
+                }
+            }
+            for (a, r) in r.iter().enumerate() {
+                for (t, r) in r.iter().enumerate().take(nv) {
+                    _mm256_storeu_ps(acc.as_mut_ptr().add(a * len + c + 8 * t), *r);
+                }
+            }
+        }
+        c += 8 * nv;
+    }
+    for a in 0..H {
+        for d in c..len {
+            let mut s = acc[a * len + d];
+            for j in 0..n_rows {
+                s = w[a * w_stride + j].mul_add(rows[j * stride + d], s);
+            }
+            acc[a * len + d] = s;
+        }
     }
 }
 
