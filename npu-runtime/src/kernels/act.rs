@@ -226,6 +226,11 @@ unsafe fn quantize_groups(isa: Isa, fmt: ActFormat, x: &[f32], out: ActsPtr, g0:
         // SAFETY: forwarded from the caller.
         return unsafe { quantize_avx512(fmt, x, out, g0, g1) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::AvxVnni) {
+        // SAFETY: forwarded from the caller (both tiers imply AVX2).
+        return unsafe { quantize_avx2(fmt, x, out, g0, g1) };
+    }
     let _ = isa;
     for grp in g0..g1 {
         let xs = &x[grp * bps * 32..(grp + 1) * bps * 32];
@@ -289,6 +294,63 @@ unsafe fn quantize_avx512(fmt: ActFormat, x: &[f32], out: ActsPtr, g0: usize, g1
                 _mm_storeu_si128(out.q.add(blk * 32 + 16).cast(), _mm512_cvtepi32_epi8(q1));
                 let sum_lo = _mm512_reduce_add_epi32(q0);
                 let sum = sum_lo + _mm512_reduce_add_epi32(q1);
+                out.store(fmt, blk, amax, d, sum, sum_lo);
+            }
+        }
+    }
+}
+
+/// [`quantize_avx512`] on 256 bits: the same conversions (`vcvtps2dq`, round to nearest
+/// even), clamps and exact sums; codes narrowed by saturating packs (no value is outside
+/// [-127, 127] by then) and put back in order by one lane permute.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_avx2(fmt: ActFormat, x: &[f32], out: ActsPtr, g0: usize, g1: usize) {
+    use std::arch::x86_64::*;
+    let absmask = _mm256_set1_epi32(0x7FFF_FFFF);
+    let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
+    // After packs_epi32 then packs_epi16 the 32-bit groups are ordered 0 4 1 5 2 6 3 7.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let hsum = |v: __m256i| -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    };
+    let bps = fmt.blocks_per_scale();
+    for grp in g0..g1 {
+        // SAFETY: the caller guarantees x holds 32 floats per block of the groups up to
+        // g1 and that those blocks of `out` are in bounds and exclusively ours.
+        unsafe {
+            let mut vmax = _mm256_setzero_ps();
+            for blk in grp * bps..(grp + 1) * bps {
+                for h in [0, 8, 16, 24] {
+                    let v = _mm256_loadu_ps(x.as_ptr().add(blk * 32 + h));
+                    let a = _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v), absmask));
+                    vmax = _mm256_max_ps(vmax, a);
+                }
+            }
+            let mut m = [0f32; 8];
+            _mm256_storeu_ps(m.as_mut_ptr(), vmax);
+            let amax = m.iter().fold(0f32, |a, &b| a.max(b));
+            let (id, d) = fmt.scales(amax);
+            let id = _mm256_set1_ps(id);
+            for blk in grp * bps..(grp + 1) * bps {
+                let q: [__m256i; 4] = std::array::from_fn(|k| {
+                    let v = _mm256_loadu_ps(x.as_ptr().add(blk * 32 + 8 * k));
+                    _mm256_min_epi32(
+                        _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v, id)), lo),
+                        hi,
+                    )
+                });
+                let w16 = (
+                    _mm256_packs_epi32(q[0], q[1]),
+                    _mm256_packs_epi32(q[2], q[3]),
+                );
+                let b8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16.0, w16.1), order);
+                _mm256_storeu_si256(out.q.add(blk * 32).cast(), b8);
+                let sum_lo = hsum(_mm256_add_epi32(q[0], q[1]));
+                let sum = sum_lo + hsum(_mm256_add_epi32(q[2], q[3]));
                 out.store(fmt, blk, amax, d, sum, sum_lo);
             }
         }
