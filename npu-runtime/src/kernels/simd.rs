@@ -52,6 +52,16 @@ impl Isa {
             .collect()
     }
 
+    /// The `RAG_ISA` spelling of this ISA.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512Vnni => "avx512",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx2 => "avx2",
+            Isa::Portable => "portable",
+        }
+    }
+
     fn parse(s: &str) -> Option<Isa> {
         match s.trim().to_ascii_lowercase().as_str() {
             "portable" | "scalar" => Some(Isa::Portable),
@@ -91,6 +101,9 @@ mod tests {
         assert!(detected().is_supported());
         assert_eq!(Isa::parse("AVX512"), Some(Isa::Avx512Vnni));
         assert_eq!(Isa::parse("avx-vnni"), Some(Isa::AvxVnni));
+        for isa in [Isa::Avx512Vnni, Isa::AvxVnni, Isa::Avx2, Isa::Portable] {
+            assert_eq!(Isa::parse(isa.name()), Some(isa));
+        }
         // AVX-VNNI implies the AVX2 tier.
         assert!(!Isa::AvxVnni.is_supported() || Isa::Avx2.is_supported());
         assert_eq!(Isa::parse("nope"), None);

@@ -224,7 +224,8 @@ fn sanitize(s: &str) -> String {
     }
 }
 
-/// A stable identity of this machine: CPU model name and logical CPU count.
+/// A stable identity of this machine as the kernels see it: CPU model name, logical CPU
+/// count and the kernels' instruction set (`RAG_ISA` changes every timing).
 pub fn machine_id() -> String {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -238,5 +239,8 @@ pub fn machine_id() -> String {
                 .map(|s| s.trim().to_string())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    format!("{model} x{cpus}")
+    format!(
+        "{model} x{cpus} {}",
+        crate::kernels::simd::detected().name()
+    )
 }
