@@ -84,7 +84,7 @@ pub struct Tokenizer {
     pieces: FlatPieces,
     /// Vocabulary strings, concatenated; `text_ends[i]` ends token i's.
     texts: String,
-    text_ends: Vec<u32>,
+    text_ends: Vec<usize>,
     types: Vec<i32>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -213,7 +213,7 @@ impl Tokenizer {
                 _ => pieces.push_with(|out| out.extend_from_slice(t.as_bytes())),
             }
             texts.push_str(t);
-            text_ends.push(texts.len() as u32);
+            text_ends.push(texts.len());
         }
 
         let special_id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
@@ -332,12 +332,8 @@ impl Tokenizer {
     /// The vocabulary string of a token.
     pub fn token_text(&self, id: u32) -> Option<&str> {
         let i = id as usize;
-        let end = *self.text_ends.get(i)? as usize;
-        let start = if i == 0 {
-            0
-        } else {
-            self.text_ends[i - 1] as usize
-        };
+        let end = *self.text_ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.text_ends[i - 1] };
         self.texts.get(start..end)
     }
 
@@ -366,7 +362,7 @@ fn split_merge(m: &str) -> Option<(&str, &str)> {
 /// Byte strings of every token in one buffer (one allocation instead of one per token).
 struct FlatPieces {
     bytes: Vec<u8>,
-    ends: Vec<u32>,
+    ends: Vec<usize>,
 }
 
 impl FlatPieces {
@@ -380,13 +376,13 @@ impl FlatPieces {
     /// Appends the next token's bytes, written by `fill`.
     fn push_with(&mut self, fill: impl FnOnce(&mut Vec<u8>)) {
         fill(&mut self.bytes);
-        self.ends.push(self.bytes.len() as u32);
+        self.ends.push(self.bytes.len());
     }
 
     fn get(&self, id: u32) -> Option<&[u8]> {
         let i = id as usize;
-        let end = *self.ends.get(i)? as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
         Some(&self.bytes[start..end])
     }
 }
