@@ -541,6 +541,54 @@ impl Session {
         Ok(())
     }
 
+    /// The K and V rows of the first `n` committed slots, layer by layer (`n` K rows then
+    /// `n` V rows of `kv_dim` floats each): what [`Session::import_kv`] restores.
+    pub fn export_kv(&self, n: usize) -> Result<Vec<f32>> {
+        if n > self.kv.n_past() {
+            return Err(RuntimeError::InvalidInput(format!(
+                "export_kv: {n} slots asked, {} committed",
+                self.kv.n_past()
+            )));
+        }
+        let d = self.kv.kv_dim();
+        if n == 0 || d == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![0.0; self.kv.n_layer() * 2 * n * d];
+        for (layer, rows) in out.chunks_exact_mut(2 * n * d).enumerate() {
+            let (k, v) = rows.split_at_mut(n * d);
+            self.kv.k_rows_into(layer, 0, k);
+            self.kv.v_rows_into(layer, 0, v);
+        }
+        Ok(out)
+    }
+
+    /// Replaces the session's state by `n` committed slots holding `rows` (from
+    /// [`Session::export_kv`] of a session of the same model and engine): the KV cache is
+    /// then bit for bit what prefilling those `n` tokens leaves, and the next prefill
+    /// continues at position `n`.
+    pub fn import_kv(&mut self, n: usize, rows: &[f32]) -> Result<()> {
+        let d = self.kv.kv_dim();
+        let layers = self.kv.n_layer();
+        if rows.len() != layers * 2 * n * d || n > self.kv.capacity() {
+            return Err(RuntimeError::InvalidInput(format!(
+                "import_kv: {} floats for {n} slots of {layers} layers x {d} (capacity {})",
+                rows.len(),
+                self.kv.capacity()
+            )));
+        }
+        self.truncate(0)?;
+        for layer in 0..layers {
+            let rows = &rows[layer * 2 * n * d..(layer + 1) * 2 * n * d];
+            let (k, v) = rows.split_at(n * d);
+            for slot in 0..n {
+                let r = slot * d..(slot + 1) * d;
+                self.kv.write(layer, slot, &k[r.clone()], &v[r]);
+            }
+        }
+        self.kv.advance(n)
+    }
+
     /// Feed one token and commit it; returns the next-token logits.
     pub fn decode_step(&mut self, token: u32) -> Result<&[f32]> {
         self.forward_tree_inner(&[token], &[-1], None)?;
