@@ -30,7 +30,11 @@ fn imported_kv_continues_bit_for_bit() {
         b.prefill(&prompt[..5], 0).unwrap();
         b.import_kv(head, &rows).unwrap();
         assert_eq!(b.n_past(), head);
-        assert_eq!(bits(b.prefill(&prompt[head..], 0).unwrap().logits), want, "head {head}");
+        assert_eq!(
+            bits(b.prefill(&prompt[head..], 0).unwrap().logits),
+            want,
+            "head {head}"
+        );
         assert_eq!(bits(b.decode_step(next).unwrap()), want_step, "head {head}");
     }
     // Wrong sizes are errors, and leave the session usable.

@@ -3,7 +3,7 @@
 //! embedder load, index opening and retrieval, as `rag ask` does).
 //!
 //!     cargo run --release -p rag --example ask_ttft -- INDEX_DIR "QUESTION" [--preload]
-//!         [--model M] [--max-tokens N] [--no-weights-cache]
+//!         [--model M] [--max-tokens N] [--no-weights-cache] [--no-prompt-head-cache]
 //!
 //! Prints one JSON line: wall milliseconds from the start of `main` to the end of
 //! `Assistant::open` (embedder load, index open), to the first answer text (`ttft_ms`), the
@@ -42,6 +42,7 @@ fn main() -> Result<()> {
         match a.as_str() {
             "--preload" => opts.preload_model = true,
             "--no-weights-cache" => opts.weights_cache = WeightsCache::Off,
+            "--no-prompt-head-cache" => opts.prompt_head_cache = false,
             "--model" => opts.model = args.next().context("--model M")?,
             "--max-tokens" => max_tokens = args.next().context("--max-tokens N")?.parse()?,
             other => anyhow::bail!("unknown argument {other}"),
@@ -84,6 +85,7 @@ fn main() -> Result<()> {
             // From the start of `ask`: retrieval, waiting for or loading the model, prefill.
             "ask_first_token_ms": answer.timings.first_token_ms,
             "prompt_tokens": answer.prompt_tokens,
+            "reused_prompt_tokens": answer.reused_prompt_tokens,
             "ttft_ms": ttft_ms,
             "ttft_cpu_ms": ttft_cpu,
         })

@@ -53,6 +53,7 @@ use crate::embed_api::Embedder;
 use crate::index::{Hit, Index, IndexOptions, IndexProgress, IndexSummary, SearchMode};
 use crate::models;
 use crate::prompt::{self, PromptSource};
+use crate::prompt_head::{self, PromptHead};
 use anyhow::{anyhow, Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
@@ -68,6 +69,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
+
+/// Shortest prompt head worth a cache file.
+const MIN_HEAD_TOKENS: usize = 8;
 
 /// [`AssistantOptions::calib_window`]'s default: the question and the prompt template's tail.
 pub const DEFAULT_CALIB_WINDOW: usize = 64;
@@ -102,6 +106,10 @@ pub struct AssistantOptions {
     /// rag, 5 prompts: all 2448 ms / 1.38 tokens per step, last 64 2070 ms / 1.37, none
     /// 2001 ms; BENCHMARKS.md "Calibration window for `rag ask`").
     pub calib_window: usize,
+    /// Keep the KV rows of the prompt's constant head (chat template, system message) in
+    /// the index directory, so the next process does not prefill them again
+    /// ([`crate::prompt_head`]; exact: the answer is the same either way).
+    pub prompt_head_cache: bool,
 }
 
 impl AssistantOptions {
@@ -117,6 +125,7 @@ impl AssistantOptions {
             preload_model: false,
             weights_cache: WeightsCache::default_dir(),
             calib_window: DEFAULT_CALIB_WINDOW,
+            prompt_head_cache: true,
         }
     }
 }
@@ -210,6 +219,9 @@ pub struct Answer {
     pub timings: Timings,
     pub tokens_generated: usize,
     pub prompt_tokens: usize,
+    /// Prompt tokens whose KV was already in the session (an earlier question's prefix in
+    /// this process, or the cached prompt head) and were not prefilled.
+    pub reused_prompt_tokens: usize,
     pub cancelled: bool,
     pub speculation: SpecSummary,
 }
@@ -256,6 +268,17 @@ struct GenState {
     curve_file: PathBuf,
     curve_key: Option<CurveKey>,
     curve_stored: bool,
+    /// The prompt-head cache file and its key (model fingerprint + engine build; `None`:
+    /// off), and the head tokens that file holds (not rewritten while they match).
+    head_file: PathBuf,
+    head_key: Option<String>,
+    head_stored: Vec<u32>,
+}
+
+/// Floats per token of a session's exported K/V rows.
+fn kv_floats_per_token(model: &Model) -> usize {
+    let c = model.config();
+    c.n_layer * 2 * c.n_head_kv * c.head_dim
 }
 
 pub struct Assistant {
@@ -560,6 +583,29 @@ impl Assistant {
             .as_ref()
             .and_then(|k| curve_cache::load(&curve_file, k).ok());
         let curve_stored = cached.is_some();
+        let head_file = prompt_head::file(&self.opts.index_dir, &stem);
+        let head_key = match (&curve_key, self.opts.prompt_head_cache) {
+            (Some(k), true) => Some(format!("{} | {}", k.model_fingerprint, k.engine)),
+            _ => None,
+        };
+        let mut session = session;
+        let mut committed = Vec::new();
+        let mut head_stored = Vec::new();
+        if let Some(key) = &head_key {
+            let head = prompt_head::load(&head_file, key, kv_floats_per_token(&model));
+            if let Some(head) = head.filter(|h| h.tokens.len() < session.kv_capacity() / 2) {
+                match session.import_kv(head.tokens.len(), &head.rows) {
+                    Ok(()) => {
+                        committed = head.tokens.clone();
+                        head_stored = head.tokens;
+                    }
+                    Err(e) => {
+                        tracing::debug!("prompt head not restored: {e}");
+                        session.truncate(0)?;
+                    }
+                }
+            }
+        }
         let cfg = GenConfig {
             cost_curve: cached,
             // Without a cached curve the first answer verifies 4-row drafts (cost(4) ~
@@ -574,7 +620,7 @@ impl Assistant {
             model,
             state: Mutex::new(GenState {
                 session,
-                committed: Vec::new(),
+                committed,
                 generator,
                 corpus_db,
                 conversations,
@@ -582,6 +628,9 @@ impl Assistant {
                 curve_file,
                 curve_key,
                 curve_stored,
+                head_file,
+                head_key,
+                head_stored,
             }),
             name: stem,
         })
@@ -624,6 +673,23 @@ impl Assistant {
             llm.model
                 .chat_template()
                 .encode_chat(llm.model.tokenizer(), messages, true)?;
+        // The constant head: what this prompt shares with the same messages ending in
+        // another text (chat template and system message).
+        let head = match messages.split_last() {
+            Some((last, rest)) => {
+                let mut probe = rest.to_vec();
+                probe.push(ChatMessage {
+                    role: last.role.clone(),
+                    content: "\u{1}".into(),
+                });
+                let probe =
+                    llm.model
+                        .chat_template()
+                        .encode_chat(llm.model.tokenizer(), &probe, true)?;
+                prompt_head::head_len(&prompt, &probe)
+            }
+            None => 0,
+        };
         let mut guard = llm
             .state
             .lock()
@@ -705,6 +771,22 @@ impl Assistant {
             .truncate(st.committed.len().min(st.session.n_past()))?;
         st.committed.truncate(st.session.n_past());
 
+        // Keep this prompt's head for the next process, unless the file already holds it
+        // (a head of a few tokens is not worth a file).
+        if head >= MIN_HEAD_TOKENS && st.head_stored[..] != prompt[..head] {
+            if let Some(key) = st.head_key.clone() {
+                let saved = st.session.export_kv(head).map(|rows| PromptHead {
+                    tokens: prompt[..head].to_vec(),
+                    rows,
+                });
+                match saved.map(|h| prompt_head::store(&st.head_file, &key, &h).map(|_| h)) {
+                    Ok(Ok(h)) => st.head_stored = h.tokens,
+                    Ok(Err(e)) => tracing::warn!("could not cache the prompt head: {e}"),
+                    Err(e) => tracing::warn!("could not export the prompt head: {e}"),
+                }
+            }
+        }
+
         // Without a cached verify-cost curve, profile it now that the answer is out (at
         // this depth, nothing committed) and keep it for the next run.
         if st.generator.cost_curve().is_none() {
@@ -763,6 +845,7 @@ impl Assistant {
             },
             tokens_generated: tokens.len(),
             prompt_tokens: prompt.len(),
+            reused_prompt_tokens: common,
             cancelled: stopped.get() || stopped_flag(&cancel),
             speculation: SpecSummary {
                 mode: st.generator.mode().name(),

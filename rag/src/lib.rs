@@ -17,6 +17,7 @@ pub mod hybrid;
 pub mod index;
 pub mod models;
 pub mod prompt;
+pub mod prompt_head;
 pub mod store;
 
 pub use embed_api::Embedder;

@@ -253,3 +253,54 @@ fn retrieved_control_tokens_stay_text() {
         .unwrap();
     assert_eq!(answer.prompt_tokens, built.tokens.len());
 }
+
+/// The prompt head (chat template + system message) is cached in the index directory: a
+/// new process restores its KV instead of prefilling it, and answers exactly the same; a
+/// damaged file or the cache turned off only mean a full prefill.
+#[test]
+fn a_new_process_restores_the_prompt_head_and_answers_the_same() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let q = "How do I do a factory reset of the Kestrel K2 console?";
+    let first = sample_assistant(dir.path())
+        .ask(q, &ask_opts(16), &mut |_| true)
+        .unwrap();
+    assert_eq!(first.reused_prompt_tokens, 0, "nothing cached yet");
+    let head_file = rag::prompt_head::file(dir.path(), "smollm2-135m");
+    assert!(head_file.is_file(), "the head was not written");
+    let open = |head_cache: bool| {
+        let mut opts = AssistantOptions::new(dir.path());
+        opts.model = "smollm2-135m".into();
+        opts.dense = false;
+        opts.threads = 2;
+        opts.kv_capacity = 2048;
+        opts.prompt_head_cache = head_cache;
+        Assistant::open(opts).unwrap()
+    };
+    let restored = open(true).ask(q, &ask_opts(16), &mut |_| true).unwrap();
+    assert!(
+        restored.reused_prompt_tokens >= 8 && restored.reused_prompt_tokens < first.prompt_tokens,
+        "reused {} of {}",
+        restored.reused_prompt_tokens,
+        first.prompt_tokens
+    );
+    assert_eq!(restored.answer, first.answer);
+    assert_eq!(restored.tokens_generated, first.tokens_generated);
+    let off = open(false).ask(q, &ask_opts(16), &mut |_| true).unwrap();
+    assert_eq!(off.reused_prompt_tokens, 0);
+    assert_eq!(off.answer, first.answer);
+    // One flipped byte in the rows: refused, prefilled in full, same answer.
+    let mut bytes = std::fs::read(&head_file).unwrap();
+    let i = bytes.len() - 20;
+    bytes[i] ^= 1;
+    std::fs::write(&head_file, &bytes).unwrap();
+    let damaged = open(true).ask(q, &ask_opts(16), &mut |_| true).unwrap();
+    assert_eq!(damaged.reused_prompt_tokens, 0);
+    assert_eq!(damaged.answer, first.answer);
+    // ... and rewritten by that run.
+    let again = open(true).ask(q, &ask_opts(16), &mut |_| true).unwrap();
+    assert_eq!(again.reused_prompt_tokens, restored.reused_prompt_tokens);
+    assert_eq!(again.answer, first.answer);
+}
