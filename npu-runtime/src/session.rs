@@ -396,6 +396,25 @@ impl Session {
         Ok(())
     }
 
+    /// The runs of a prefill of `n` tokens as (tokens, graph shape): full prefill chunks,
+    /// then the remainder in one run on the smallest graph that holds it. The CPU backend
+    /// computes only a run's valid rows, so a padded graph costs nothing extra, while
+    /// covering a remainder of 99 with 64 + 32 + 2 + 1 rows streamed the weights four
+    /// times. Rows are batch-invariant, so the logits and KV do not depend on the cut.
+    fn prefill_runs(&self, n: usize) -> Vec<(usize, usize)> {
+        let chunk = self.opts.prefill_chunk;
+        let mut runs: Vec<(usize, usize)> = cover_with_shapes(n - n % chunk, chunk, 1)
+            .into_iter()
+            .map(|r| (r, r))
+            .collect();
+        let rem = n % chunk;
+        if rem > 0 {
+            let shape = decode_shape_for(rem, self.opts.max_verify).unwrap_or(chunk);
+            runs.push((rem, shape));
+        }
+        runs
+    }
+
     /// Checks a prefill's input and sizes the top-k rows; returns `topk` capped at the
     /// vocabulary.
     fn begin_prefill(&mut self, tokens: &[u32], topk: usize) -> Result<usize> {
@@ -417,7 +436,7 @@ impl Session {
     pub fn prefill(&mut self, tokens: &[u32], topk: usize) -> Result<PrefillOutput<'_>> {
         let topk = self.begin_prefill(tokens, topk)?;
         let v = self.model.vocab_size();
-        let runs = cover_with_shapes(tokens.len(), self.opts.prefill_chunk, self.opts.max_verify);
+        let runs = self.prefill_runs(tokens.len());
         let rows = if topk > 0 {
             LogitsRows::All
         } else {
@@ -425,10 +444,11 @@ impl Session {
         };
         let mut off = 0;
         let mut last_row = 0;
-        for r in runs {
+        for (r, shape) in runs {
             self.tokens[..r].copy_from_slice(&tokens[off..off + r]);
+            self.tokens[r..shape].fill(PAD_TOKEN);
             self.mask.set_causal(r)?;
-            self.run(r, rows)?;
+            self.run(shape, rows)?;
             self.kv.advance(r)?;
             if topk > 0 {
                 // One selection per row, rows spread over the pool (each is independent).
@@ -630,12 +650,13 @@ impl Session {
             Vec::new()
         };
         let mut mm = crate::kernels::MatmulScratch::new(if want { BLOCK } else { 1 }, e);
-        let runs = cover_with_shapes(tokens.len(), self.opts.prefill_chunk, self.opts.max_verify);
+        let runs = self.prefill_runs(tokens.len());
         let mut off = 0;
-        for r in runs {
+        for (r, shape) in runs {
             self.tokens[..r].copy_from_slice(&tokens[off..off + r]);
+            self.tokens[r..shape].fill(PAD_TOKEN);
             self.mask.set_causal(r)?;
-            self.run(r, LogitsRows::Last)?;
+            self.run(shape, LogitsRows::Last)?;
             self.kv.advance(r)?;
             if want {
                 let first = from.max(off).min(off + r) - off;
