@@ -674,21 +674,20 @@ impl Assistant {
                 .chat_template()
                 .encode_chat(llm.model.tokenizer(), messages, true)?;
         // The constant head: what this prompt shares with the same messages ending in
-        // another text (chat template and system message).
+        // another text (chat template and system message). The cache never fails a question.
         let head = match messages.split_last() {
-            Some((last, rest)) => {
+            Some((last, rest)) if self.opts.prompt_head_cache => {
                 let mut probe = rest.to_vec();
                 probe.push(ChatMessage {
                     role: last.role.clone(),
                     content: "\u{1}".into(),
                 });
-                let probe =
-                    llm.model
-                        .chat_template()
-                        .encode_chat(llm.model.tokenizer(), &probe, true)?;
-                prompt_head::head_len(&prompt, &probe)
+                llm.model
+                    .chat_template()
+                    .encode_chat(llm.model.tokenizer(), &probe, true)
+                    .map_or(0, |probe| prompt_head::head_len(&prompt, &probe))
             }
-            None => 0,
+            _ => 0,
         };
         let mut guard = llm
             .state
