@@ -246,7 +246,12 @@ impl BudgetController {
         for (j, &s) in self.sizes.iter().enumerate().skip(1) {
             let rows = s.min(tree_len);
             let rate = (1.0 + self.expected_accepted(arm, j, est[j])) / self.curve.cost(rows);
-            if rate > best.0 * 1.0001 {
+            // Rows that cost nothing more (a flat curve's start, e.g. 1, 2, 4 rows of a
+            // bandwidth-bound model) are verified even before any evidence: they can only
+            // add tokens. A fresh process (every `rag ask`) would otherwise start with no
+            // speculation until the calibration had seen a few steps.
+            let free = self.curve.cost(rows) <= self.curve.cost(1);
+            if rate > best.0 * 1.0001 || (free && rate >= best.0) {
                 best = (rate, rows);
             }
             if s >= tree_len {
@@ -360,6 +365,18 @@ mod tests {
         let ctl = BudgetController::new(CostCurve::affine(10.0, 0.1, &DEFAULT_SIZES), 64);
         let est = chain_est(&ctl, 0.9);
         assert_eq!(ctl.choose(0, &est, 64).0, 1);
+    }
+
+    #[test]
+    fn rows_that_cost_nothing_more_are_verified_from_the_start() {
+        // A bandwidth-bound start of the curve (1, 2 and 4 rows cost the same): without
+        // evidence the controller still verifies the free rows, and no costlier ones.
+        let curve = CostCurve::new(vec![1, 2, 4, 8, 16], vec![10.0, 10.0, 10.0, 10.5, 18.0]);
+        let ctl = BudgetController::new(curve.unwrap(), 16);
+        let est = chain_est(&ctl, 0.9);
+        assert_eq!(ctl.choose(0, &est, 64).0, 4);
+        assert_eq!(ctl.choose(0, &est, 3).0, 3, "the whole (smaller) tree");
+        assert_eq!(ctl.choose(0, &est, 1).0, 1);
     }
 
     #[test]
