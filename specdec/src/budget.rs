@@ -161,8 +161,9 @@ pub struct BudgetController {
     /// `[arm][budget]`: decayed sums of the trees' estimates and of the drafts accepted.
     est_sum: Vec<[f64; MAX_SIZES]>,
     acc_sum: Vec<[f64; MAX_SIZES]>,
-    /// Pseudo-tokens of "estimated but not accepted": speculation starts off and
-    /// turns on once the evidence says it pays.
+    /// Pseudo-tokens of "estimated but not accepted": speculation that costs more than
+    /// one row starts off and turns on once the evidence says it pays (free rows are
+    /// verified from the start, see `choose`).
     prior_weight: f64,
     /// Exponential forgetting so the calibration follows the current text.
     decay: f64,
