@@ -685,7 +685,7 @@ impl Assistant {
                 llm.model
                     .chat_template()
                     .encode_chat(llm.model.tokenizer(), &probe, true)
-                    .map_or(0, |probe| prompt_head::head_len(&prompt, &probe))
+                    .map_or(0, |probe| prompt_head::common_prefix(&prompt, &probe))
             }
             _ => 0,
         };
@@ -707,13 +707,7 @@ impl Assistant {
         }
         // Reuse the KV of the longest common prefix with the previous prompt (system
         // prompt, agent instructions); at least one token is always prefilled.
-        let common = st
-            .committed
-            .iter()
-            .zip(&prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
+        let common = prompt_head::common_prefix(&st.committed, &prompt).min(prompt.len() - 1);
         st.session.truncate(common)?;
         st.committed.truncate(common);
 

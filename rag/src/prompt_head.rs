@@ -85,11 +85,11 @@ pub fn store(path: &Path, key: &str, head: &PromptHead) -> std::io::Result<()> {
     })
 }
 
-/// Length of the head a prompt shares with every prompt of the same messages but another
-/// last message: the common prefix of `prompt` and `probe` (the same messages with the
-/// last one's text replaced), as token ids.
-pub fn head_len(prompt: &[u32], probe: &[u32]) -> usize {
-    prompt.iter().zip(probe).take_while(|(a, b)| a == b).count()
+/// Tokens two sequences share from the start. With `probe` = the same messages but the
+/// last one's text replaced, it is the constant head of `prompt`; with the tokens a session
+/// holds, the KV it can keep.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(a, b)| a == b).count()
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -145,8 +145,8 @@ mod tests {
 
     #[test]
     fn head_is_the_common_prefix() {
-        assert_eq!(head_len(&[1, 2, 3, 4], &[1, 2, 9]), 2);
-        assert_eq!(head_len(&[1, 2], &[1, 2, 3]), 2);
-        assert_eq!(head_len(&[5], &[6]), 0);
+        assert_eq!(common_prefix(&[1, 2, 3, 4], &[1, 2, 9]), 2);
+        assert_eq!(common_prefix(&[1, 2], &[1, 2, 3]), 2);
+        assert_eq!(common_prefix(&[5], &[6]), 0);
     }
 }

@@ -5,7 +5,7 @@ use rag::assistant::{AskEvent, AskOptions, Assistant, AssistantOptions};
 use rag::{IndexOptions, SearchMode};
 
 mod sample_assistant;
-use sample_assistant::sample_assistant;
+use sample_assistant::{sample_assistant, sample_options};
 
 fn model_available() -> bool {
     let present = rag::models::resolve("smollm2-135m").is_ok();
@@ -61,11 +61,7 @@ fn preloading_the_model_gives_the_same_answer() {
     let lazy = sample_assistant(dir.path())
         .ask(q, &ask_opts(12), &mut |_| true)
         .unwrap();
-    let mut opts = AssistantOptions::new(dir.path());
-    opts.model = "smollm2-135m".into();
-    opts.dense = false;
-    opts.threads = 2;
-    opts.kv_capacity = 2048;
+    let mut opts = sample_options(dir.path());
     opts.preload_model = true;
     let a = Assistant::open(opts).unwrap();
     let eager = a.ask(q, &ask_opts(12), &mut |_| true).unwrap();
@@ -199,12 +195,7 @@ fn retrieved_control_tokens_stay_text() {
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = AssistantOptions::new(dir.path());
-    opts.model = "smollm2-135m".into();
-    opts.dense = false;
-    opts.threads = 2;
-    opts.kv_capacity = 2048;
-    let a = Assistant::open(opts).unwrap();
+    let a = Assistant::open(sample_options(dir.path())).unwrap();
     a.add_paths(
         &[corpus.path().to_path_buf()],
         &IndexOptions::default(),
@@ -271,11 +262,7 @@ fn a_new_process_restores_the_prompt_head_and_answers_the_same() {
     let head_file = rag::prompt_head::file(dir.path(), "smollm2-135m");
     assert!(head_file.is_file(), "the head was not written");
     let open = |head_cache: bool| {
-        let mut opts = AssistantOptions::new(dir.path());
-        opts.model = "smollm2-135m".into();
-        opts.dense = false;
-        opts.threads = 2;
-        opts.kv_capacity = 2048;
+        let mut opts = sample_options(dir.path());
         opts.prompt_head_cache = head_cache;
         Assistant::open(opts).unwrap()
     };

@@ -5,13 +5,18 @@ use rag::assistant::{Assistant, AssistantOptions};
 use rag::IndexOptions;
 use std::path::{Path, PathBuf};
 
-pub fn sample_assistant(dir: &Path) -> Assistant {
+/// The options of [`sample_assistant`] (SmolLM2, BM25 only, 2 threads, 2048 KV slots).
+pub fn sample_options(dir: &Path) -> AssistantOptions {
     let mut opts = AssistantOptions::new(dir);
     opts.model = "smollm2-135m".into();
     opts.dense = false;
     opts.threads = 2;
     opts.kv_capacity = 2048;
-    let a = Assistant::open(opts).unwrap();
+    opts
+}
+
+pub fn sample_assistant(dir: &Path) -> Assistant {
+    let a = Assistant::open(sample_options(dir)).unwrap();
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus");
     a.add_paths(&[corpus], &IndexOptions::default(), &|_| {})
         .unwrap();
