@@ -1195,7 +1195,7 @@ mod tests {
         let mut checked_ties = [0usize; 2];
         for threads in [1, 2, 3] {
             let pool = ThreadPool::new(threads);
-            for n in [1usize, 5, 16, ARGMAX_MAX_TOKENS] {
+            for n in [1usize, 5, 8, 16, ARGMAX_MAX_TOKENS] {
                 let mut scratch = MatmulScratch::new(n, cols);
                 let mut x = uniform(&mut seed, n * cols);
                 // Half the tokens negated: the tied rows' products flip sign.
@@ -1236,16 +1236,23 @@ mod tests {
     }
 
     /// Every batch size from 1 to 33 (so any split of the batch into token tiles
-    /// leaves a ragged tail somewhere), every format, every ISA, a row count that
-    /// leaves a partial group: each token gets the bits of that token computed
-    /// alone on the portable kernel.
+    /// leaves a ragged tail somewhere), every format, every ISA, row counts that
+    /// leave a partial group (37 rows: alone after two full ones; Q8_0 245 rows: 16
+    /// groups, two per pool task, so the last group is the partial second of a
+    /// pair for kernels that run groups in pairs): each token gets the bits of that
+    /// token computed alone on the portable kernel.
     #[test]
     fn every_batch_size_is_bit_identical_to_portable_single_tokens() {
         let mut seed = 23;
-        let (rows, cols, max_n) = (37, 512, 33);
+        let (cols, max_n) = (512, 33);
         let pool = ThreadPool::new(2);
         let mut scratch = MatmulScratch::new(max_n, cols);
-        for ty in crate::kernels::ggml::QUANT_TYPES {
+        let types = crate::kernels::ggml::QUANT_TYPES;
+        for (ty, rows) in types
+            .iter()
+            .map(|&ty| (ty, 37))
+            .chain([(GgmlType::Q8_0, 245)])
+        {
             let w = random_matrix(ty, rows, cols, &mut seed);
             let x = uniform(&mut seed, max_n * cols);
             let mut alone = vec![0f32; max_n * rows];

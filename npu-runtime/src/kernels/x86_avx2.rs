@@ -72,11 +72,18 @@ impl Prefetch {
     /// `b + lead` reads: one per 64 bytes of its codes and high bits, one in
     /// its scales (<= 64 bytes per block; consecutive blocks touch every line).
     #[inline(always)]
-    fn lines(&self, b: usize, mut line: impl FnMut(usize)) {
+    fn lines(&self, b: usize, line: impl FnMut(usize)) {
+        self.lines_wrapping(b, self.group_bytes, line)
+    }
+
+    /// [`Self::lines`] for a kernel whose next group after this one starts `wrap`
+    /// bytes further on (two-group passes: the group two ahead).
+    #[inline(always)]
+    fn lines_wrapping(&self, b: usize, wrap: usize, mut line: impl FnMut(usize)) {
         let (mut base, mut pb) = (0, b + self.lead);
         while pb >= self.nb {
             pb -= self.nb;
-            base += self.group_bytes;
+            base += wrap;
         }
         let codes = base + pb * self.codes;
         for off in (0..self.codes).step_by(64) {
@@ -93,6 +100,17 @@ impl Prefetch {
     #[inline(always)]
     pub fn block(&self, group: *const u8, b: usize) {
         self.lines(b, |off| {
+            // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(off).cast()) }
+        });
+    }
+
+    /// [`Self::block`] for a pass over two adjacent groups: past its last block a
+    /// group's stream continues into the group two ahead (the next pass's), so the
+    /// pair's two streams fetch the next pair and not the pass's own second group.
+    #[inline(always)]
+    pub fn block_of_pair(&self, group: *const u8, b: usize) {
+        self.lines_wrapping(b, 2 * self.group_bytes, |off| {
             // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
             unsafe { _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(off).cast()) }
         });

@@ -50,6 +50,9 @@ pub(crate) unsafe fn run(
             GgmlType::Q4_1 => quant::<Q4_1>(k, acts, g0, g1, write),
             GgmlType::Q5_0 => quant::<Q5_0>(k, acts, g0, g1, write),
             GgmlType::Q5_1 => quant::<Q5_1>(k, acts, g0, g1, write),
+            GgmlType::Q8_0 if Q8_PAIR_TOKENS.contains(&k.n_tokens) => {
+                quant_q8_pairs(k, acts, g0, g1, write)
+            }
             GgmlType::Q8_0 => quant::<Q8_0>(k, acts, g0, g1, write),
             GgmlType::Q4K => kquant::<Q4K>(k, acts, g0, g1, write),
             GgmlType::Q6K => kquant::<Q6K>(k, acts, g0, g1, write),
@@ -211,6 +214,74 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 emit(write, t0 + dt, g, *acc);
             }
         }
+    }
+}
+
+/// Batch sizes for which Q8_0 runs two row groups per pass ([`quant_q8_pairs`]): from
+/// 4 tokens the shared broadcasts pay for loading a second group's codes per block
+/// (streaming the LM head, 2 tokens were 8% slower, 4 the same; KERNELS.md 51); at
+/// most one token chunk, whose accumulators the pass keeps.
+const Q8_PAIR_TOKENS: std::ops::RangeInclusive<usize> = 4..=TCHUNK;
+
+/// [`quant`] for Q8_0 over two adjacent row groups per pass: each activation
+/// broadcast and block scale feeds both groups' `vpdpbusd` and folds, halving the
+/// broadcast loads per product (the Q8_0 kernel's limit at 8-16 tokens: the LM head of
+/// a verify step). Per (token, group, block) the same integer sums and the same float
+/// fold as [`quant`], so the same bits; an odd last group runs through [`quant`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn quant_q8_pairs(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
+    let nb = k.cols / 32;
+    let z = zero_point(GgmlType::Q8_0);
+    // (`Q8_PAIR_TOKENS`: at most one chunk of tokens.)
+    let nt = k.n_tokens.min(TCHUNK);
+    let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
+    let pf = Prefetch::new(k.ty, k.cols);
+    let mut g = g0;
+    while g + 2 <= g1 {
+        let [ca, _, sa] = k.plane_ptrs(g);
+        let [cb, _, sb] = k.plane_ptrs(g + 1);
+        let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
+        for b in 0..nb {
+            pf.block_of_pair(ca, b);
+            pf.block_of_pair(cb, b);
+            // SAFETY: block b < nb lies in both groups' planes; Q8_0 has no high-bit
+            // plane (the pointer is not read) and 32 scale bytes per block.
+            let (wa, wb) =
+                unsafe { (load_codes::<Q8_0>(ca, ca, b), load_codes::<Q8_0>(cb, cb, b)) };
+            let scale_a = _mm512_cvtph_ps(_mm256_loadu_si256(sa.add(b * 32).cast()));
+            let scale_b = _mm512_cvtph_ps(_mm256_loadu_si256(sb.add(b * 32).cast()));
+            for (dt, acc) in acc.iter_mut().enumerate() {
+                let blk = dt * nb + b;
+                // SAFETY: blk < n_tokens * nb, within the quantized activations.
+                let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
+                let zs = _mm512_set1_epi32(-z * *acts.sum.get_unchecked(blk));
+                let (mut a0, mut b0) = (zs, zs);
+                let (mut a1, mut b1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for c in (0..8).step_by(2) {
+                    let x0 = _mm512_set1_epi32(a.add(c).read_unaligned());
+                    let x1 = _mm512_set1_epi32(a.add(c + 1).read_unaligned());
+                    a0 = _mm512_dpbusd_epi32(a0, wa[c], x0);
+                    b0 = _mm512_dpbusd_epi32(b0, wb[c], x0);
+                    a1 = _mm512_dpbusd_epi32(a1, wa[c + 1], x1);
+                    b1 = _mm512_dpbusd_epi32(b1, wb[c + 1], x1);
+                }
+                let da = _mm512_set1_ps(*acts.d.get_unchecked(blk));
+                let (ia, ib) = (_mm512_add_epi32(a0, a1), _mm512_add_epi32(b0, b1));
+                acc[0] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(scale_a, da), acc[0]);
+                acc[1] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(scale_b, da), acc[1]);
+            }
+        }
+        for (dt, acc) in acc.iter().enumerate() {
+            emit(write, dt, g, acc[0]);
+            emit(write, dt, g + 1, acc[1]);
+        }
+        g += 2;
+    }
+    if g < g1 {
+        // SAFETY: the caller's contract, for the last group.
+        unsafe { quant::<Q8_0>(k, acts, g, g1, write) };
     }
 }
 
