@@ -46,12 +46,18 @@ pub(crate) unsafe fn run(
     // SAFETY (all arms): the caller guarantees the CPU features and inputs.
     unsafe {
         match k.ty {
+            GgmlType::Q4_0 if PAIR_TOKENS.contains(&k.n_tokens) => {
+                quant_pairs::<Q4_0>(k, acts, g0, g1, write)
+            }
             GgmlType::Q4_0 => quant::<Q4_0>(k, acts, g0, g1, write),
             GgmlType::Q4_1 => quant::<Q4_1>(k, acts, g0, g1, write),
+            GgmlType::Q5_0 if PAIR_TOKENS.contains(&k.n_tokens) => {
+                quant_pairs::<Q5_0>(k, acts, g0, g1, write)
+            }
             GgmlType::Q5_0 => quant::<Q5_0>(k, acts, g0, g1, write),
             GgmlType::Q5_1 => quant::<Q5_1>(k, acts, g0, g1, write),
-            GgmlType::Q8_0 if Q8_PAIR_TOKENS.contains(&k.n_tokens) => {
-                quant_q8_pairs(k, acts, g0, g1, write)
+            GgmlType::Q8_0 if PAIR_TOKENS.contains(&k.n_tokens) => {
+                quant_pairs::<Q8_0>(k, acts, g0, g1, write)
             }
             GgmlType::Q8_0 => quant::<Q8_0>(k, acts, g0, g1, write),
             GgmlType::Q4K => kquant::<Q4K>(k, acts, g0, g1, write),
@@ -217,37 +223,43 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     }
 }
 
-/// Batch sizes for which Q8_0 runs two row groups per pass ([`quant_q8_pairs`]): from
-/// 4 tokens the shared broadcasts pay for loading a second group's codes per block
-/// (streaming the LM head, 2 tokens were 8% slower, 4 the same; KERNELS.md 51); at
-/// most one token chunk, whose accumulators the pass keeps.
-const Q8_PAIR_TOKENS: std::ops::RangeInclusive<usize> = 4..=TCHUNK;
+/// Batch sizes for which Q4_0, Q5_0 and Q8_0 run two row groups per pass
+/// ([`quant_pairs`]): from 4 tokens the shared broadcasts pay for loading a second
+/// group's codes per block (streaming the LM head, 2 tokens were 8% slower, 4 the
+/// same; KERNELS.md 51); at most one token chunk, whose accumulators the pass keeps.
+const PAIR_TOKENS: std::ops::RangeInclusive<usize> = 4..=TCHUNK;
 
-/// [`quant`] for Q8_0 over two adjacent row groups per pass: each activation
-/// broadcast and block scale feeds both groups' `vpdpbusd` and folds, halving the
-/// broadcast loads per product (the Q8_0 kernel's limit at 8-16 tokens: the LM head of
-/// a verify step). Per (token, group, block) the same integer sums and the same float
-/// fold as [`quant`], so the same bits; an odd last group runs through [`quant`].
+/// [`quant`] over two adjacent row groups per pass, for formats without a min term
+/// (Q4_0, Q5_0, Q8_0): each activation broadcast, `-z*sum` and activation scale feeds
+/// both groups' `vpdpbusd` and folds, halving the broadcast loads per product (the
+/// kernel's limit at 4-16 tokens, a verify step). Per (token, group, block) the same
+/// integer sums and the same float fold as [`quant`], so the same bits; an odd last
+/// group runs through [`quant`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn quant_q8_pairs(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
+unsafe fn quant_pairs<const F: u8>(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
     let nb = k.cols / 32;
-    let z = zero_point(GgmlType::Q8_0);
-    // (`Q8_PAIR_TOKENS`: at most one chunk of tokens.)
+    let z = zero_point(fmt_type(F));
+    // (`PAIR_TOKENS`: at most one chunk of tokens.)
     let nt = k.n_tokens.min(TCHUNK);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let pf = Prefetch::new(k.ty, k.cols);
     let mut g = g0;
     while g + 2 <= g1 {
-        let [ca, _, sa] = k.plane_ptrs(g);
-        let [cb, _, sb] = k.plane_ptrs(g + 1);
+        let [ca, ha, sa] = k.plane_ptrs(g);
+        let [cb, hb, sb] = k.plane_ptrs(g + 1);
         let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
         for b in 0..nb {
             pf.block_of_pair(ca, b);
             pf.block_of_pair(cb, b);
-            // SAFETY: block b < nb lies in both groups' planes; Q8_0 has no high-bit
-            // plane (the pointer is not read) and 32 scale bytes per block.
-            let (wa, wb) =
-                unsafe { (load_codes::<Q8_0>(ca, ca, b), load_codes::<Q8_0>(cb, cb, b)) };
+            // SAFETY: block b < nb lies in both groups' planes (high bits: Q5_0 only);
+            // the scale planes hold 32 bytes per block.
+            let (wa, wb) = unsafe { (load_codes::<F>(ca, ha, b), load_codes::<F>(cb, hb, b)) };
             let scale_a = _mm512_cvtph_ps(_mm256_loadu_si256(sa.add(b * 32).cast()));
             let scale_b = _mm512_cvtph_ps(_mm256_loadu_si256(sb.add(b * 32).cast()));
             for (dt, acc) in acc.iter_mut().enumerate() {
@@ -281,7 +293,7 @@ unsafe fn quant_q8_pairs(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, wri
     }
     if g < g1 {
         // SAFETY: the caller's contract, for the last group.
-        unsafe { quant::<Q8_0>(k, acts, g, g1, write) };
+        unsafe { quant::<F>(k, acts, g, g1, write) };
     }
 }
 
