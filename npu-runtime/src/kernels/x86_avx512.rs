@@ -60,7 +60,13 @@ pub(crate) unsafe fn run(
                 quant_pairs::<Q8_0>(k, acts, g0, g1, write)
             }
             GgmlType::Q8_0 => quant::<Q8_0>(k, acts, g0, g1, write),
+            GgmlType::Q4K if PAIR_TOKENS.contains(&k.n_tokens) => {
+                kquant_pairs::<Q4K>(k, acts, g0, g1, write)
+            }
             GgmlType::Q4K => kquant::<Q4K>(k, acts, g0, g1, write),
+            GgmlType::Q6K if PAIR_TOKENS.contains(&k.n_tokens) => {
+                kquant_pairs::<Q6K>(k, acts, g0, g1, write)
+            }
             GgmlType::Q6K => kquant::<Q6K>(k, acts, g0, g1, write),
             GgmlType::F32 | GgmlType::F16 => float(k, x, g0, g1, write),
             _ => unreachable!("{} is not a kernel type", k.ty),
@@ -323,19 +329,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                     let b = sb * 8 + j;
                     pf.block(codes, b);
                     let w = load_codes::<F>(codes, high, b);
-                    let (sc_lo, sc_hi) = if F == Q4K {
-                        let sc =
-                            _mm512_cvtepu8_epi32(_mm_loadu_si128(s.add(Q4K_SC + 16 * j).cast()));
-                        (sc, sc)
-                    } else {
-                        let pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
-                            s.add(Q6K_SUB + 32 * j).cast(),
-                        ));
-                        (
-                            _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pair)),
-                            _mm512_srai_epi32::<16>(pair),
-                        )
-                    };
+                    let (sc_lo, sc_hi) = sub_scales::<F>(s, j);
                     for (dt, isum) in isum.iter_mut().enumerate() {
                         let blk = (t0 + dt) * nb + b;
                         let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
@@ -404,6 +398,158 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                 emit(write, t0 + dt, g, *acc);
             }
         }
+    }
+}
+
+/// A super-block's sub-block scales for block `j` (Q4_K: one vector; Q6_K: the low
+/// and high halves' 16-bit pairs sign-extended), as [`kquant`] reads them.
+///
+/// # Safety
+/// AVX-512 F/BW; `s` points at a group's 320 scale bytes of one super-block.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn sub_scales<const F: u8>(s: *const u8, j: usize) -> (__m512i, __m512i) {
+    // SAFETY: Q4K_SC + 16 * j + 16 and Q6K_SUB + 32 * j + 32 are within the 320 bytes.
+    unsafe {
+        if F == Q4K {
+            let sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(s.add(Q4K_SC + 16 * j).cast()));
+            (sc, sc)
+        } else {
+            let pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256(s.add(Q6K_SUB + 32 * j).cast()));
+            (
+                _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pair)),
+                _mm512_srai_epi32::<16>(pair),
+            )
+        }
+    }
+}
+
+/// [`kquant`] over two adjacent row groups per pass (see [`quant_pairs`]): the
+/// activation broadcasts and per-token sums of each block feed both groups; per
+/// (token, group) the same integer super-block sums and float steps as [`kquant`], so
+/// the same bits; an odd last group runs through [`kquant`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn kquant_pairs<const F: u8>(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    write: Write,
+) {
+    let nb = k.cols / 32;
+    // (`PAIR_TOKENS`: at most one chunk of tokens.)
+    let nt = k.n_tokens.min(TCHUNK);
+    let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
+    let mut isum_buf = [MaybeUninit::<[__m512i; 2]>::uninit(); TCHUNK];
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let pf = Prefetch::new(k.ty, k.cols);
+    let mut g = g0;
+    while g + 2 <= g1 {
+        let [ca, ha, sa] = k.plane_ptrs(g);
+        let [cb, hb, sb] = k.plane_ptrs(g + 1);
+        let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
+        // (Each super-block's first block overwrites these.)
+        let isum = filled(&mut isum_buf[..nt], [_mm512_setzero_si512(); 2]);
+        for sb_i in 0..nb / 8 {
+            // SAFETY (this block): as in `kquant`, for each of the two groups.
+            let (s_a, s_b) = (sa.add(sb_i * 320), sb.add(sb_i * 320));
+            for j in 0..8 {
+                let b = sb_i * 8 + j;
+                pf.block_of_pair(ca, b);
+                pf.block_of_pair(cb, b);
+                let wa = load_codes::<F>(ca, ha, b);
+                let wb = load_codes::<F>(cb, hb, b);
+                let (sc_lo_a, sc_hi_a) = sub_scales::<F>(s_a, j);
+                let (sc_lo_b, sc_hi_b) = sub_scales::<F>(s_b, j);
+                for (dt, isum) in isum.iter_mut().enumerate() {
+                    let blk = dt * nb + b;
+                    let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
+                    let (lo0, hi0) = if F == Q6K {
+                        let s_all = *acts.sum.get_unchecked(blk);
+                        let s_lo = *acts.sum_lo.get_unchecked(blk);
+                        (
+                            _mm512_set1_epi32(-32 * s_lo),
+                            _mm512_set1_epi32(-32 * (s_all - s_lo)),
+                        )
+                    } else {
+                        (_mm512_setzero_si512(), _mm512_setzero_si512())
+                    };
+                    let (mut lo_a, mut hi_a, mut lo_b, mut hi_b) = (lo0, hi0, lo0, hi0);
+                    for c in 0..4 {
+                        let xl = _mm512_set1_epi32(a.add(c).read_unaligned());
+                        let xh = _mm512_set1_epi32(a.add(c + 4).read_unaligned());
+                        lo_a = _mm512_dpbusd_epi32(lo_a, wa[c], xl);
+                        lo_b = _mm512_dpbusd_epi32(lo_b, wb[c], xl);
+                        hi_a = _mm512_dpbusd_epi32(hi_a, wa[c + 4], xh);
+                        hi_b = _mm512_dpbusd_epi32(hi_b, wb[c + 4], xh);
+                    }
+                    let (va, vb) = if F == Q4K {
+                        (
+                            _mm512_mullo_epi32(_mm512_add_epi32(lo_a, hi_a), sc_lo_a),
+                            _mm512_mullo_epi32(_mm512_add_epi32(lo_b, hi_b), sc_lo_b),
+                        )
+                    } else {
+                        (
+                            _mm512_add_epi32(
+                                _mm512_mullo_epi32(lo_a, sc_lo_a),
+                                _mm512_mullo_epi32(hi_a, sc_hi_a),
+                            ),
+                            _mm512_add_epi32(
+                                _mm512_mullo_epi32(lo_b, sc_lo_b),
+                                _mm512_mullo_epi32(hi_b, sc_hi_b),
+                            ),
+                        )
+                    };
+                    // The first block starts the super-block's sums.
+                    *isum = if j == 0 {
+                        [va, vb]
+                    } else {
+                        [_mm512_add_epi32(isum[0], va), _mm512_add_epi32(isum[1], vb)]
+                    };
+                }
+            }
+            for (half, s) in [s_a, s_b].into_iter().enumerate() {
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
+                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast()));
+                let mut mq = [_mm512_setzero_si512(); 4];
+                if F == Q4K {
+                    for (pp, mq) in mq.iter_mut().enumerate() {
+                        *mq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                            s.add(Q4K_MQ + 32 * pp).cast(),
+                        ));
+                    }
+                }
+                for (dt, acc) in acc.iter_mut().enumerate() {
+                    let blk0 = dt * nb + sb_i * 8;
+                    let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
+                    let v = _mm512_cvtepi32_ps(isum[dt][half]);
+                    let mut a = _mm512_fmadd_ps(v, _mm512_mul_ps(d, da), acc[half]);
+                    if F == Q4K {
+                        // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
+                        let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
+                        let mut m = _mm512_setzero_si512();
+                        for (pp, mq) in mq.iter().enumerate() {
+                            m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(*pairs.add(pp)));
+                        }
+                        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+                            _mm512_castps_si512(_mm512_mul_ps(dmin, da)),
+                            sign,
+                        ));
+                        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg, a);
+                    }
+                    acc[half] = a;
+                }
+            }
+        }
+        for (dt, acc) in acc.iter().enumerate() {
+            emit(write, dt, g, acc[0]);
+            emit(write, dt, g + 1, acc[1]);
+        }
+        g += 2;
+    }
+    if g < g1 {
+        // SAFETY: the caller's contract, for the last group.
+        unsafe { kquant::<F>(k, acts, g, g1, write) };
     }
 }
 
