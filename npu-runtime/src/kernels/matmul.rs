@@ -1236,7 +1236,7 @@ mod tests {
     }
 
     /// Every batch size from 1 to 33 (so any split of the batch into token tiles
-    /// leaves a ragged tail somewhere), every format, every ISA, row counts that
+    /// leaves a ragged tail somewhere) and 64, 65, 129, 130, every format, every ISA, row counts that
     /// leave a partial group (37 rows: alone after two full ones; 245 rows: 16
     /// groups, two per pool task, so the last group is the partial second of a
     /// pair for kernels that run groups in pairs): each token gets the bits of that
@@ -1244,7 +1244,9 @@ mod tests {
     #[test]
     fn every_batch_size_is_bit_identical_to_portable_single_tokens() {
         let mut seed = 23;
-        let (cols, max_n) = (512, 33);
+        // 1..=33 and past one and two 64-token chunks of the kernels.
+        let (cols, max_n) = (512, 130);
+        let ns: Vec<usize> = (1..=33).chain([64, 65, 129, 130]).collect();
         let pool = ThreadPool::new(2);
         let mut scratch = MatmulScratch::new(max_n, cols);
         let types = crate::kernels::ggml::QUANT_TYPES;
@@ -1258,7 +1260,7 @@ mod tests {
             }
             assert_within_quantization_bound(&w, &x, max_n, &alone);
             for isa in Isa::available() {
-                for n in 1..=max_n {
+                for &n in &ns {
                     let mut out = vec![f32::NAN; n * rows];
                     matmul_with_isa(isa, &w, &x[..n * cols], n, &mut out, &mut scratch, &pool);
                     for (i, (g, a)) in out.iter().zip(&alone).enumerate() {

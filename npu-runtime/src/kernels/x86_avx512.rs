@@ -46,25 +46,25 @@ pub(crate) unsafe fn run(
     // SAFETY (all arms): the caller guarantees the CPU features and inputs.
     unsafe {
         match k.ty {
-            GgmlType::Q4_0 if PAIR_TOKENS.contains(&k.n_tokens) => {
+            GgmlType::Q4_0 if k.n_tokens >= PAIR_MIN_TOKENS => {
                 quant_pairs::<Q4_0>(k, acts, g0, g1, write)
             }
             GgmlType::Q4_0 => quant::<Q4_0>(k, acts, g0, g1, write),
             GgmlType::Q4_1 => quant::<Q4_1>(k, acts, g0, g1, write),
-            GgmlType::Q5_0 if PAIR_TOKENS.contains(&k.n_tokens) => {
+            GgmlType::Q5_0 if k.n_tokens >= PAIR_MIN_TOKENS => {
                 quant_pairs::<Q5_0>(k, acts, g0, g1, write)
             }
             GgmlType::Q5_0 => quant::<Q5_0>(k, acts, g0, g1, write),
             GgmlType::Q5_1 => quant::<Q5_1>(k, acts, g0, g1, write),
-            GgmlType::Q8_0 if PAIR_TOKENS.contains(&k.n_tokens) => {
+            GgmlType::Q8_0 if k.n_tokens >= PAIR_MIN_TOKENS => {
                 quant_pairs::<Q8_0>(k, acts, g0, g1, write)
             }
             GgmlType::Q8_0 => quant::<Q8_0>(k, acts, g0, g1, write),
-            GgmlType::Q4K if PAIR_TOKENS.contains(&k.n_tokens) => {
+            GgmlType::Q4K if k.n_tokens >= PAIR_MIN_TOKENS => {
                 kquant_pairs::<Q4K>(k, acts, g0, g1, write)
             }
             GgmlType::Q4K => kquant::<Q4K>(k, acts, g0, g1, write),
-            GgmlType::Q6K if PAIR_TOKENS.contains(&k.n_tokens) => {
+            GgmlType::Q6K if k.n_tokens >= PAIR_MIN_TOKENS => {
                 kquant_pairs::<Q6K>(k, acts, g0, g1, write)
             }
             GgmlType::Q6K => kquant::<Q6K>(k, acts, g0, g1, write),
@@ -229,11 +229,11 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     }
 }
 
-/// Batch sizes for which Q4_0, Q5_0 and Q8_0 run two row groups per pass
-/// ([`quant_pairs`]): from 4 tokens the shared broadcasts pay for loading a second
+/// Batch size from which the kernels run two row groups per pass ([`quant_pairs`],
+/// [`kquant_pairs`]): from 4 tokens the shared broadcasts pay for loading a second
 /// group's codes per block (streaming the LM head, 2 tokens were 8% slower, 4 the
-/// same; KERNELS.md 51); at most one token chunk, whose accumulators the pass keeps.
-const PAIR_TOKENS: std::ops::RangeInclusive<usize> = 4..=TCHUNK;
+/// same; KERNELS.md 51).
+const PAIR_MIN_TOKENS: usize = 4;
 
 /// [`quant`] over two adjacent row groups per pass, for formats without a min term
 /// (Q4_0, Q5_0, Q8_0): each activation broadcast, `-z*sum` and activation scale feeds
@@ -251,49 +251,50 @@ unsafe fn quant_pairs<const F: u8>(
 ) {
     let nb = k.cols / 32;
     let z = zero_point(fmt_type(F));
-    // (`PAIR_TOKENS`: at most one chunk of tokens.)
-    let nt = k.n_tokens.min(TCHUNK);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let pf = Prefetch::new(k.ty, k.cols);
     let mut g = g0;
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
         let [cb, hb, sb] = k.plane_ptrs(g + 1);
-        let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
-        for b in 0..nb {
-            pf.block_of_pair(ca, b);
-            pf.block_of_pair(cb, b);
-            // SAFETY: block b < nb lies in both groups' planes (high bits: Q5_0 only);
-            // the scale planes hold 32 bytes per block.
-            let (wa, wb) = unsafe { (load_codes::<F>(ca, ha, b), load_codes::<F>(cb, hb, b)) };
-            let scale_a = _mm512_cvtph_ps(_mm256_loadu_si256(sa.add(b * 32).cast()));
-            let scale_b = _mm512_cvtph_ps(_mm256_loadu_si256(sb.add(b * 32).cast()));
-            for (dt, acc) in acc.iter_mut().enumerate() {
-                let blk = dt * nb + b;
-                // SAFETY: blk < n_tokens * nb, within the quantized activations.
-                let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
-                let zs = _mm512_set1_epi32(-z * *acts.sum.get_unchecked(blk));
-                let (mut a0, mut b0) = (zs, zs);
-                let (mut a1, mut b1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                for c in (0..8).step_by(2) {
-                    let x0 = _mm512_set1_epi32(a.add(c).read_unaligned());
-                    let x1 = _mm512_set1_epi32(a.add(c + 1).read_unaligned());
-                    a0 = _mm512_dpbusd_epi32(a0, wa[c], x0);
-                    b0 = _mm512_dpbusd_epi32(b0, wb[c], x0);
-                    a1 = _mm512_dpbusd_epi32(a1, wa[c + 1], x1);
-                    b1 = _mm512_dpbusd_epi32(b1, wb[c + 1], x1);
+        for t0 in (0..k.n_tokens).step_by(TCHUNK) {
+            let nt = TCHUNK.min(k.n_tokens - t0);
+            let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
+            for b in 0..nb {
+                pf.block_of_pair(ca, b);
+                pf.block_of_pair(cb, b);
+                // SAFETY: block b < nb lies in both groups' planes (high bits: Q5_0 only);
+                // the scale planes hold 32 bytes per block.
+                let (wa, wb) = unsafe { (load_codes::<F>(ca, ha, b), load_codes::<F>(cb, hb, b)) };
+                let scale_a = _mm512_cvtph_ps(_mm256_loadu_si256(sa.add(b * 32).cast()));
+                let scale_b = _mm512_cvtph_ps(_mm256_loadu_si256(sb.add(b * 32).cast()));
+                for (dt, acc) in acc.iter_mut().enumerate() {
+                    let blk = (t0 + dt) * nb + b;
+                    // SAFETY: blk < n_tokens * nb, within the quantized activations.
+                    let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
+                    let zs = _mm512_set1_epi32(-z * *acts.sum.get_unchecked(blk));
+                    let (mut a0, mut b0) = (zs, zs);
+                    let (mut a1, mut b1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    for c in (0..8).step_by(2) {
+                        let x0 = _mm512_set1_epi32(a.add(c).read_unaligned());
+                        let x1 = _mm512_set1_epi32(a.add(c + 1).read_unaligned());
+                        a0 = _mm512_dpbusd_epi32(a0, wa[c], x0);
+                        b0 = _mm512_dpbusd_epi32(b0, wb[c], x0);
+                        a1 = _mm512_dpbusd_epi32(a1, wa[c + 1], x1);
+                        b1 = _mm512_dpbusd_epi32(b1, wb[c + 1], x1);
+                    }
+                    let da = _mm512_set1_ps(*acts.d.get_unchecked(blk));
+                    let (ia, ib) = (_mm512_add_epi32(a0, a1), _mm512_add_epi32(b0, b1));
+                    acc[0] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(scale_a, da), acc[0]);
+                    acc[1] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(scale_b, da), acc[1]);
                 }
-                let da = _mm512_set1_ps(*acts.d.get_unchecked(blk));
-                let (ia, ib) = (_mm512_add_epi32(a0, a1), _mm512_add_epi32(b0, b1));
-                acc[0] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(scale_a, da), acc[0]);
-                acc[1] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(scale_b, da), acc[1]);
             }
-        }
-        for (dt, acc) in acc.iter().enumerate() {
-            emit(write, dt, g, acc[0]);
-            emit(write, dt, g + 1, acc[1]);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, acc[0]);
+                emit(write, t0 + dt, g + 1, acc[1]);
+            }
         }
         g += 2;
     }
@@ -437,8 +438,6 @@ unsafe fn kquant_pairs<const F: u8>(
     write: Write,
 ) {
     let nb = k.cols / 32;
-    // (`PAIR_TOKENS`: at most one chunk of tokens.)
-    let nt = k.n_tokens.min(TCHUNK);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<[__m512i; 2]>::uninit(); TCHUNK];
     let sign = _mm512_set1_epi32(i32::MIN);
@@ -447,103 +446,106 @@ unsafe fn kquant_pairs<const F: u8>(
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
         let [cb, hb, sb] = k.plane_ptrs(g + 1);
-        let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
-        // (Each super-block's first block overwrites these.)
-        let isum = filled(&mut isum_buf[..nt], [_mm512_setzero_si512(); 2]);
-        for sb_i in 0..nb / 8 {
-            // SAFETY (this block): as in `kquant`, for each of the two groups.
-            let (s_a, s_b) = (sa.add(sb_i * 320), sb.add(sb_i * 320));
-            for j in 0..8 {
-                let b = sb_i * 8 + j;
-                pf.block_of_pair(ca, b);
-                pf.block_of_pair(cb, b);
-                let wa = load_codes::<F>(ca, ha, b);
-                let wb = load_codes::<F>(cb, hb, b);
-                let (sc_lo_a, sc_hi_a) = sub_scales::<F>(s_a, j);
-                let (sc_lo_b, sc_hi_b) = sub_scales::<F>(s_b, j);
-                for (dt, isum) in isum.iter_mut().enumerate() {
-                    let blk = dt * nb + b;
-                    let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
-                    let (lo0, hi0) = if F == Q6K {
-                        let s_all = *acts.sum.get_unchecked(blk);
-                        let s_lo = *acts.sum_lo.get_unchecked(blk);
-                        (
-                            _mm512_set1_epi32(-32 * s_lo),
-                            _mm512_set1_epi32(-32 * (s_all - s_lo)),
-                        )
-                    } else {
-                        (_mm512_setzero_si512(), _mm512_setzero_si512())
-                    };
-                    let (mut lo_a, mut hi_a, mut lo_b, mut hi_b) = (lo0, hi0, lo0, hi0);
-                    for c in 0..4 {
-                        let xl = _mm512_set1_epi32(a.add(c).read_unaligned());
-                        let xh = _mm512_set1_epi32(a.add(c + 4).read_unaligned());
-                        lo_a = _mm512_dpbusd_epi32(lo_a, wa[c], xl);
-                        lo_b = _mm512_dpbusd_epi32(lo_b, wb[c], xl);
-                        hi_a = _mm512_dpbusd_epi32(hi_a, wa[c + 4], xh);
-                        hi_b = _mm512_dpbusd_epi32(hi_b, wb[c + 4], xh);
-                    }
-                    let (va, vb) = if F == Q4K {
-                        (
-                            _mm512_mullo_epi32(_mm512_add_epi32(lo_a, hi_a), sc_lo_a),
-                            _mm512_mullo_epi32(_mm512_add_epi32(lo_b, hi_b), sc_lo_b),
-                        )
-                    } else {
-                        (
-                            _mm512_add_epi32(
-                                _mm512_mullo_epi32(lo_a, sc_lo_a),
-                                _mm512_mullo_epi32(hi_a, sc_hi_a),
-                            ),
-                            _mm512_add_epi32(
-                                _mm512_mullo_epi32(lo_b, sc_lo_b),
-                                _mm512_mullo_epi32(hi_b, sc_hi_b),
-                            ),
-                        )
-                    };
-                    // The first block starts the super-block's sums.
-                    *isum = if j == 0 {
-                        [va, vb]
-                    } else {
-                        [_mm512_add_epi32(isum[0], va), _mm512_add_epi32(isum[1], vb)]
-                    };
-                }
-            }
-            for (half, s) in [s_a, s_b].into_iter().enumerate() {
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
-                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast()));
-                let mut mq = [_mm512_setzero_si512(); 4];
-                if F == Q4K {
-                    for (pp, mq) in mq.iter_mut().enumerate() {
-                        *mq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
-                            s.add(Q4K_MQ + 32 * pp).cast(),
-                        ));
-                    }
-                }
-                for (dt, acc) in acc.iter_mut().enumerate() {
-                    let blk0 = dt * nb + sb_i * 8;
-                    let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
-                    let v = _mm512_cvtepi32_ps(isum[dt][half]);
-                    let mut a = _mm512_fmadd_ps(v, _mm512_mul_ps(d, da), acc[half]);
-                    if F == Q4K {
-                        // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
-                        let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
-                        let mut m = _mm512_setzero_si512();
-                        for (pp, mq) in mq.iter().enumerate() {
-                            m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(*pairs.add(pp)));
+        for t0 in (0..k.n_tokens).step_by(TCHUNK) {
+            let nt = TCHUNK.min(k.n_tokens - t0);
+            let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
+            // (Each super-block's first block overwrites these.)
+            let isum = filled(&mut isum_buf[..nt], [_mm512_setzero_si512(); 2]);
+            for sb_i in 0..nb / 8 {
+                // SAFETY (this block): as in `kquant`, for each of the two groups.
+                let (s_a, s_b) = (sa.add(sb_i * 320), sb.add(sb_i * 320));
+                for j in 0..8 {
+                    let b = sb_i * 8 + j;
+                    pf.block_of_pair(ca, b);
+                    pf.block_of_pair(cb, b);
+                    let wa = load_codes::<F>(ca, ha, b);
+                    let wb = load_codes::<F>(cb, hb, b);
+                    let (sc_lo_a, sc_hi_a) = sub_scales::<F>(s_a, j);
+                    let (sc_lo_b, sc_hi_b) = sub_scales::<F>(s_b, j);
+                    for (dt, isum) in isum.iter_mut().enumerate() {
+                        let blk = (t0 + dt) * nb + b;
+                        let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
+                        let (lo0, hi0) = if F == Q6K {
+                            let s_all = *acts.sum.get_unchecked(blk);
+                            let s_lo = *acts.sum_lo.get_unchecked(blk);
+                            (
+                                _mm512_set1_epi32(-32 * s_lo),
+                                _mm512_set1_epi32(-32 * (s_all - s_lo)),
+                            )
+                        } else {
+                            (_mm512_setzero_si512(), _mm512_setzero_si512())
+                        };
+                        let (mut lo_a, mut hi_a, mut lo_b, mut hi_b) = (lo0, hi0, lo0, hi0);
+                        for c in 0..4 {
+                            let xl = _mm512_set1_epi32(a.add(c).read_unaligned());
+                            let xh = _mm512_set1_epi32(a.add(c + 4).read_unaligned());
+                            lo_a = _mm512_dpbusd_epi32(lo_a, wa[c], xl);
+                            lo_b = _mm512_dpbusd_epi32(lo_b, wb[c], xl);
+                            hi_a = _mm512_dpbusd_epi32(hi_a, wa[c + 4], xh);
+                            hi_b = _mm512_dpbusd_epi32(hi_b, wb[c + 4], xh);
                         }
-                        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
-                            _mm512_castps_si512(_mm512_mul_ps(dmin, da)),
-                            sign,
-                        ));
-                        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg, a);
+                        let (va, vb) = if F == Q4K {
+                            (
+                                _mm512_mullo_epi32(_mm512_add_epi32(lo_a, hi_a), sc_lo_a),
+                                _mm512_mullo_epi32(_mm512_add_epi32(lo_b, hi_b), sc_lo_b),
+                            )
+                        } else {
+                            (
+                                _mm512_add_epi32(
+                                    _mm512_mullo_epi32(lo_a, sc_lo_a),
+                                    _mm512_mullo_epi32(hi_a, sc_hi_a),
+                                ),
+                                _mm512_add_epi32(
+                                    _mm512_mullo_epi32(lo_b, sc_lo_b),
+                                    _mm512_mullo_epi32(hi_b, sc_hi_b),
+                                ),
+                            )
+                        };
+                        // The first block starts the super-block's sums.
+                        *isum = if j == 0 {
+                            [va, vb]
+                        } else {
+                            [_mm512_add_epi32(isum[0], va), _mm512_add_epi32(isum[1], vb)]
+                        };
                     }
-                    acc[half] = a;
+                }
+                for (half, s) in [s_a, s_b].into_iter().enumerate() {
+                    let d = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
+                    let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast()));
+                    let mut mq = [_mm512_setzero_si512(); 4];
+                    if F == Q4K {
+                        for (pp, mq) in mq.iter_mut().enumerate() {
+                            *mq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                                s.add(Q4K_MQ + 32 * pp).cast(),
+                            ));
+                        }
+                    }
+                    for (dt, acc) in acc.iter_mut().enumerate() {
+                        let blk0 = (t0 + dt) * nb + sb_i * 8;
+                        let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
+                        let v = _mm512_cvtepi32_ps(isum[dt][half]);
+                        let mut a = _mm512_fmadd_ps(v, _mm512_mul_ps(d, da), acc[half]);
+                        if F == Q4K {
+                            // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
+                            let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
+                            let mut m = _mm512_setzero_si512();
+                            for (pp, mq) in mq.iter().enumerate() {
+                                m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(*pairs.add(pp)));
+                            }
+                            let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+                                _mm512_castps_si512(_mm512_mul_ps(dmin, da)),
+                                sign,
+                            ));
+                            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg, a);
+                        }
+                        acc[half] = a;
+                    }
                 }
             }
-        }
-        for (dt, acc) in acc.iter().enumerate() {
-            emit(write, dt, g, acc[0]);
-            emit(write, dt, g + 1, acc[1]);
+            for (dt, acc) in acc.iter().enumerate() {
+                emit(write, t0 + dt, g, acc[0]);
+                emit(write, t0 + dt, g + 1, acc[1]);
+            }
         }
         g += 2;
     }
