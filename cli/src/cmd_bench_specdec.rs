@@ -90,6 +90,10 @@ pub struct Args {
     /// Print each prompt's reference (`none`) output text to stderr.
     #[arg(long)]
     show_output: bool,
+    /// A new generator for every prompt, as every `rag ask` process starts: no
+    /// acceptance learned on earlier prompts (the token database still grows).
+    #[arg(long)]
+    fresh_generator: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -300,28 +304,29 @@ pub fn run(args: Args) -> Result<()> {
             }
         })
         .collect();
+    let make_gen = |mode: Mode, db: &Option<TokenDb>| {
+        let cfg = GenConfig {
+            cost_curve: Some(curve.clone()),
+            max_budget: args
+                .max_budget
+                .unwrap_or(GenConfig::default().max_budget)
+                .min(args.max_verify),
+            fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
+            learned_ranking: !args.heuristic_ranking,
+            arm_choice: !args.single_arm,
+            calib_window: args.calib_window.unwrap_or(usize::MAX),
+            ..Default::default()
+        };
+        let sam = db
+            .as_ref()
+            .filter(|d| d.total_tokens() > 0)
+            .map(|d| Arc::new(d.build_index()));
+        Generator::new(mode, sam, cfg)
+    };
     let mut gens: Vec<Generator> = modes
         .iter()
         .zip(&dbs)
-        .map(|(&mode, db)| {
-            let cfg = GenConfig {
-                cost_curve: Some(curve.clone()),
-                max_budget: args
-                    .max_budget
-                    .unwrap_or(GenConfig::default().max_budget)
-                    .min(args.max_verify),
-                fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
-                learned_ranking: !args.heuristic_ranking,
-                arm_choice: !args.single_arm,
-                calib_window: args.calib_window.unwrap_or(usize::MAX),
-                ..Default::default()
-            };
-            let sam = db
-                .as_ref()
-                .filter(|d| d.total_tokens() > 0)
-                .map(|d| Arc::new(d.build_index()));
-            Generator::new(mode, sam, cfg)
-        })
+        .map(|(&mode, db)| make_gen(mode, db))
         .collect();
     let mut results: Vec<ModeResult> = modes
         .iter()
@@ -335,6 +340,9 @@ pub fn run(args: Args) -> Result<()> {
     for (i, prompt) in prompts.iter().enumerate() {
         for (k, gen) in gens.iter_mut().enumerate() {
             let mode = modes[k];
+            if args.fresh_generator {
+                *gen = make_gen(mode, &dbs[k]);
+            }
             session.truncate(0)?;
             let (out, m) = gen
                 .generate(&mut session, prompt, args.max_tokens, &mut |_| {})
