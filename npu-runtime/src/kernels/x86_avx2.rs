@@ -71,15 +71,10 @@ impl Prefetch {
     /// The byte offsets (from the current group's start) of the lines block
     /// `b + lead` reads: one per 64 bytes of its codes and high bits, one in
     /// its scales (<= 64 bytes per block; consecutive blocks touch every line).
+    /// Past the group's last block, the group that follows starts `wrap` bytes on
+    /// (`group_bytes`; two-group passes: the group two ahead).
     #[inline(always)]
-    fn lines(&self, b: usize, line: impl FnMut(usize)) {
-        self.lines_wrapping(b, self.group_bytes, line)
-    }
-
-    /// [`Self::lines`] for a kernel whose next group after this one starts `wrap`
-    /// bytes further on (two-group passes: the group two ahead).
-    #[inline(always)]
-    fn lines_wrapping(&self, b: usize, wrap: usize, mut line: impl FnMut(usize)) {
+    fn lines(&self, b: usize, wrap: usize, mut line: impl FnMut(usize)) {
         let (mut base, mut pb) = (0, b + self.lead);
         while pb >= self.nb {
             pb -= self.nb;
@@ -99,10 +94,7 @@ impl Prefetch {
     /// Prefetch (into L2) what block `b + lead` of the group starting at `group` reads.
     #[inline(always)]
     pub fn block(&self, group: *const u8, b: usize) {
-        self.lines(b, |off| {
-            // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(off).cast()) }
-        });
+        self.fetch(group, b, self.group_bytes)
     }
 
     /// [`Self::block`] for a pass over two adjacent groups: past its last block a
@@ -110,7 +102,12 @@ impl Prefetch {
     /// pair's two streams fetch the next pair and not the pass's own second group.
     #[inline(always)]
     pub fn block_of_pair(&self, group: *const u8, b: usize) {
-        self.lines_wrapping(b, 2 * self.group_bytes, |off| {
+        self.fetch(group, b, 2 * self.group_bytes)
+    }
+
+    #[inline(always)]
+    fn fetch(&self, group: *const u8, b: usize, wrap: usize) {
+        self.lines(b, wrap, |off| {
             // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
             unsafe { _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(off).cast()) }
         });
@@ -679,34 +676,42 @@ mod tests {
         out
     }
 
+    /// Single-group passes (`per_pass` 1: `Prefetch::block`) and two-group passes
+    /// (2: `block_of_pair`, both groups' block b read, then both prefetched): past the
+    /// first pass's lead, every line a block reads was prefetched at an earlier step.
     #[test]
     fn prefetch_reaches_every_plane_line_before_it_is_read() {
-        for &ty in QUANT_TYPES.iter() {
-            for cols in [256, 896, 1536, 4864, 8960] {
-                if cols % ty.block_size() != 0 {
-                    continue;
-                }
-                let pf = Prefetch::new(ty, cols);
-                let (nb, groups) = (cols / 32, 4);
-                // Step at which each line was first prefetched.
-                let mut when: HashMap<usize, usize> = HashMap::new();
-                for g in 0..groups {
+        for per_pass in [1, 2] {
+            for &ty in QUANT_TYPES.iter() {
+                for cols in [256, 896, 1536, 4864, 8960] {
+                    if cols % ty.block_size() != 0 {
+                        continue;
+                    }
+                    let pf = Prefetch::new(ty, cols);
+                    let (nb, passes) = (cols / 32, 4);
                     let gb = Planes::new(ty, cols).group_bytes();
-                    for b in 0..nb {
-                        let step = g * nb + b;
-                        // A kernel reads block b's lines, then prefetches ahead.
-                        if step >= pf.lead {
-                            for l in lines_read(ty, cols, g, b) {
-                                let at = when.get(&l).copied();
-                                assert!(
-                                    at.is_some_and(|s| s < step),
-                                    "{ty} cols {cols}: line {l} of group {g} block {b} not prefetched"
-                                );
+                    // Step at which each line was first prefetched.
+                    let mut when: HashMap<usize, usize> = HashMap::new();
+                    for pass in 0..passes {
+                        for b in 0..nb {
+                            let step = pass * nb + b;
+                            let groups = pass * per_pass..(pass + 1) * per_pass;
+                            // A kernel reads block b's lines, then prefetches ahead.
+                            for g in groups.clone().filter(|_| step >= pf.lead) {
+                                for l in lines_read(ty, cols, g, b) {
+                                    let at = when.get(&l).copied();
+                                    assert!(
+                                        at.is_some_and(|s| s < step),
+                                        "{ty} cols {cols} x{per_pass}: line {l} of group {g} block {b} not prefetched"
+                                    );
+                                }
+                            }
+                            for g in groups {
+                                pf.lines(b, per_pass * gb, |off| {
+                                    when.entry(g * gb + off / 64 * 64).or_insert(step);
+                                });
                             }
                         }
-                        pf.lines(b, |off| {
-                            when.entry(g * gb + off / 64 * 64).or_insert(step);
-                        });
                     }
                 }
             }

@@ -4,6 +4,8 @@
 //! lane then holds its row's exact integer dot product, converted to f32 and
 //! folded in with the canonical fma sequence of `portable`; for the K-quants
 //! the integer sums of a whole 256-column super-block are combined first.
+//! From 4 tokens on, two adjacent row groups share each activation broadcast
+//! (`quant_pairs`, `kquant_pairs`).
 
 use std::arch::x86_64::*;
 
@@ -237,10 +239,11 @@ const PAIR_MIN_TOKENS: usize = 4;
 
 /// [`quant`] over two adjacent row groups per pass, for formats without a min term
 /// (Q4_0, Q5_0, Q8_0): each activation broadcast, `-z*sum` and activation scale feeds
-/// both groups' `vpdpbusd` and folds, halving the broadcast loads per product (the
-/// kernel's limit at 4-16 tokens, a verify step). Per (token, group, block) the same
-/// integer sums and the same float fold as [`quant`], so the same bits; an odd last
-/// group runs through [`quant`].
+/// both groups' `vpdpbusd` and folds, halving the broadcast loads per product (what
+/// limits the single-group kernel once a block's codes serve several tokens: verify
+/// batches, prefill chunks). Per (token, group, block) the same integer sums and the
+/// same float fold as [`quant`], so the same bits; an odd last group runs through
+/// [`quant`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn quant_pairs<const F: u8>(
     k: &Kernel,
