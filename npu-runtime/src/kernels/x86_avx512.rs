@@ -118,6 +118,23 @@ unsafe fn emit(o: &Output, t: usize, g: usize, v: __m512) {
     }
 }
 
+/// [`emit`] of a two-group pass's accumulators for tokens `t0..` and groups `g`, `g + 1`:
+/// per token the lower group first (the argmax keeps each lane's first maximum).
+///
+/// # Safety
+/// As [`emit`], for every token of `acc` and both groups.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn emit_pair(o: &Output, t0: usize, g: usize, acc: &[[__m512; 2]]) {
+    for (dt, acc) in acc.iter().enumerate() {
+        // SAFETY: the contract above.
+        unsafe {
+            emit(o, t0 + dt, g, acc[0]);
+            emit(o, t0 + dt, g + 1, acc[1]);
+        }
+    }
+}
+
 /// The 8 code vectors of block `b` (chunk `c` = columns 4c..4c+4 of each row,
 /// unsigned). Q5 high bits are added; Q6_K high bits are or-ed in.
 ///
@@ -294,10 +311,7 @@ unsafe fn quant_pairs<const F: u8>(
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(scale_b, da), acc[1]);
                 }
             }
-            for (dt, acc) in acc.iter().enumerate() {
-                emit(write, t0 + dt, g, acc[0]);
-                emit(write, t0 + dt, g + 1, acc[1]);
-            }
+            emit_pair(write, t0, g, acc);
         }
         g += 2;
     }
@@ -315,7 +329,6 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
     let nb = k.cols / 32;
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<__m512i>::uninit(); TCHUNK];
-    let sign = _mm512_set1_epi32(i32::MIN);
     let pf = Prefetch::new(k.ty, k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
@@ -368,34 +381,10 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                         };
                     }
                 }
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
-                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast()));
-                let mut mq = [_mm512_setzero_si512(); 4];
-                if F == Q4K {
-                    for (pp, mq) in mq.iter_mut().enumerate() {
-                        *mq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
-                            s.add(Q4K_MQ + 32 * pp).cast(),
-                        ));
-                    }
-                }
+                let ss = super_scales::<F>(s);
                 for (dt, acc) in acc.iter_mut().enumerate() {
                     let blk0 = (t0 + dt) * nb + sb * 8;
-                    let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
-                    let v = _mm512_cvtepi32_ps(isum[dt]);
-                    *acc = _mm512_fmadd_ps(v, _mm512_mul_ps(d, da), *acc);
-                    if F == Q4K {
-                        // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
-                        let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
-                        let mut m = _mm512_setzero_si512();
-                        for (pp, mq) in mq.iter().enumerate() {
-                            m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(*pairs.add(pp)));
-                        }
-                        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
-                            _mm512_castps_si512(_mm512_mul_ps(dmin, da)),
-                            sign,
-                        ));
-                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg, *acc);
-                    }
+                    *acc = super_step::<F>(&ss, acts, blk0, isum[dt], *acc);
                 }
             }
             for (dt, acc) in acc.iter().enumerate() {
@@ -428,6 +417,70 @@ unsafe fn sub_scales<const F: u8>(s: *const u8, j: usize) -> (__m512i, __m512i) 
     }
 }
 
+/// A super-block's float-step constants for one row group: `d`, `dmin` and (Q4_K) the
+/// sub-block mins widened to i16 pairs.
+struct SuperScales {
+    d: __m512,
+    dmin: __m512,
+    mq: [__m512i; 4],
+}
+
+/// # Safety
+/// AVX-512 F/BW; `s` points at a group's 320 scale bytes of one super-block.
+#[inline(always)]
+unsafe fn super_scales<const F: u8>(s: *const u8) -> SuperScales {
+    // SAFETY: d at 0, dmin at 32 and the mins at Q4K_MQ + 32 * pp + 32 lie within the 320 bytes.
+    unsafe {
+        let mut mq = [_mm512_setzero_si512(); 4];
+        if F == Q4K {
+            for (pp, mq) in mq.iter_mut().enumerate() {
+                *mq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(s.add(Q4K_MQ + 32 * pp).cast()));
+            }
+        }
+        SuperScales {
+            d: _mm512_cvtph_ps(_mm256_loadu_si256(s.cast())),
+            dmin: _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast())),
+            mq,
+        }
+    }
+}
+
+/// One token's float step at the end of a super-block, from its integer sums `isum`:
+/// `acc + isum·(d·da)`, then for Q4_K `- mins·(dmin·da)` (the mins' products with the
+/// activation sum pairs by `vpdpwssd`, the negation by a sign flip), the canonical order.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `blk0` is the token's first activation block of the super-block.
+#[inline(always)]
+unsafe fn super_step<const F: u8>(
+    ss: &SuperScales,
+    acts: &QuantActs,
+    blk0: usize,
+    isum: __m512i,
+    acc: __m512,
+) -> __m512 {
+    // SAFETY: blk0 + 8 <= n_tokens * nb and blk0 / 2 + 4 <= the sum pairs (caller).
+    unsafe {
+        let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
+        let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ss.d, da), acc);
+        if F != Q4K {
+            return acc;
+        }
+        // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
+        let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
+        let mut m = _mm512_setzero_si512();
+        for (pp, mq) in ss.mq.iter().enumerate() {
+            m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(*pairs.add(pp)));
+        }
+        let sign = _mm512_set1_epi32(i32::MIN);
+        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(_mm512_mul_ps(ss.dmin, da)),
+            sign,
+        ));
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg, acc)
+    }
+}
+
 /// [`kquant`] over two adjacent row groups per pass (see [`quant_pairs`]): the
 /// activation broadcasts and per-token sums of each block feed both groups; per
 /// (token, group) the same integer super-block sums and float steps as [`kquant`], so
@@ -443,7 +496,6 @@ unsafe fn kquant_pairs<const F: u8>(
     let nb = k.cols / 32;
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<[__m512i; 2]>::uninit(); TCHUNK];
-    let sign = _mm512_set1_epi32(i32::MIN);
     let pf = Prefetch::new(k.ty, k.cols);
     let mut g = g0;
     while g + 2 <= g1 {
@@ -513,42 +565,14 @@ unsafe fn kquant_pairs<const F: u8>(
                     }
                 }
                 for (half, s) in [s_a, s_b].into_iter().enumerate() {
-                    let d = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
-                    let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(32).cast()));
-                    let mut mq = [_mm512_setzero_si512(); 4];
-                    if F == Q4K {
-                        for (pp, mq) in mq.iter_mut().enumerate() {
-                            *mq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
-                                s.add(Q4K_MQ + 32 * pp).cast(),
-                            ));
-                        }
-                    }
+                    let ss = super_scales::<F>(s);
                     for (dt, acc) in acc.iter_mut().enumerate() {
                         let blk0 = (t0 + dt) * nb + sb_i * 8;
-                        let da = _mm512_set1_ps(*acts.d.get_unchecked(blk0));
-                        let v = _mm512_cvtepi32_ps(isum[dt][half]);
-                        let mut a = _mm512_fmadd_ps(v, _mm512_mul_ps(d, da), acc[half]);
-                        if F == Q4K {
-                            // blk0 is even (nb is a multiple of 8): pairs blk0/2 .. blk0/2 + 4.
-                            let pairs = acts.sum_pairs.as_ptr().add(blk0 / 2);
-                            let mut m = _mm512_setzero_si512();
-                            for (pp, mq) in mq.iter().enumerate() {
-                                m = _mm512_dpwssd_epi32(m, *mq, _mm512_set1_epi32(*pairs.add(pp)));
-                            }
-                            let neg = _mm512_castsi512_ps(_mm512_xor_si512(
-                                _mm512_castps_si512(_mm512_mul_ps(dmin, da)),
-                                sign,
-                            ));
-                            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg, a);
-                        }
-                        acc[half] = a;
+                        acc[half] = super_step::<F>(&ss, acts, blk0, isum[dt][half], acc[half]);
                     }
                 }
             }
-            for (dt, acc) in acc.iter().enumerate() {
-                emit(write, t0 + dt, g, acc[0]);
-                emit(write, t0 + dt, g + 1, acc[1]);
-            }
+            emit_pair(write, t0, g, acc);
         }
         g += 2;
     }
