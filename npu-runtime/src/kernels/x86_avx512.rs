@@ -506,11 +506,11 @@ unsafe fn kquant_pairs<const F: u8>(
             let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
             // (Each super-block's first block overwrites these.)
             let isum = filled(&mut isum_buf[..nt], [_mm512_setzero_si512(); 2]);
-            for sb_i in 0..nb / 8 {
+            for sup in 0..nb / 8 {
                 // SAFETY (this block): as in `kquant`, for each of the two groups.
-                let (s_a, s_b) = (sa.add(sb_i * 320), sb.add(sb_i * 320));
+                let (s_a, s_b) = (sa.add(sup * 320), sb.add(sup * 320));
                 for j in 0..8 {
-                    let b = sb_i * 8 + j;
+                    let b = sup * 8 + j;
                     pf.block_of_pair(ca, b);
                     pf.block_of_pair(cb, b);
                     let wa = load_codes::<F>(ca, ha, b);
@@ -564,11 +564,11 @@ unsafe fn kquant_pairs<const F: u8>(
                         };
                     }
                 }
-                for (half, s) in [s_a, s_b].into_iter().enumerate() {
+                for (gi, s) in [s_a, s_b].into_iter().enumerate() {
                     let ss = super_scales::<F>(s);
                     for (dt, acc) in acc.iter_mut().enumerate() {
-                        let blk0 = (t0 + dt) * nb + sb_i * 8;
-                        acc[half] = super_step::<F>(&ss, acts, blk0, isum[dt][half], acc[half]);
+                        let blk0 = (t0 + dt) * nb + sup * 8;
+                        acc[gi] = super_step::<F>(&ss, acts, blk0, isum[dt][gi], acc[gi]);
                     }
                 }
             }
