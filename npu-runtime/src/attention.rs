@@ -222,8 +222,8 @@ pub fn attention(
         let hi = n_items * (t + 1) / n_tasks;
         for item in lo..hi {
             // Larger slices first (the later part holds the extra head when they differ):
-            // a thread that finishes the small one takes the next large one, so two
-            // threads end together (3+4 heads each, not 3+3 and 4+4).
+            // the thread that finishes a small one takes the next large one, so with 7
+            // heads split 3 + 4 two threads both end after 7 heads' work, not 6 and 8.
             let (unit, part) = (item / parts, parts - 1 - item % parts);
             // KV-head-major: the token blocks of one KV head follow each other, so its
             // second pass over K and V (N > TOK_BLOCK) finds them in L2 (one thread) or

@@ -1236,15 +1236,15 @@ mod tests {
     }
 
     /// Every batch size from 1 to 33 (so any split of the batch into token tiles
-    /// leaves a ragged tail somewhere) and 64, 65, 129, 130, every format, every ISA, row counts that
-    /// leave a partial group (37 rows: alone after two full ones; 245 rows: 16
-    /// groups, two per pool task, so the last group is the partial second of a
-    /// pair for kernels that run groups in pairs): each token gets the bits of that
-    /// token computed alone on the portable kernel.
+    /// leaves a ragged tail somewhere) and 64, 65, 129, 130 (one and two token
+    /// chunks and a tail), every format, every ISA, row counts that leave a partial
+    /// group (37 rows: alone after two full ones; 245 rows: 16 groups, two per pool
+    /// task, so the last group is the partial second of a pair for kernels that run
+    /// groups in pairs): each token gets the bits of that token computed alone on
+    /// the portable kernel.
     #[test]
     fn every_batch_size_is_bit_identical_to_portable_single_tokens() {
         let mut seed = 23;
-        // 1..=33 and past one and two 64-token chunks of the kernels.
         let (cols, max_n) = (512, 130);
         let ns: Vec<usize> = (1..=33).chain([64, 65, 129, 130]).collect();
         let pool = ThreadPool::new(2);
