@@ -926,16 +926,23 @@ mod tests {
         let n_blocks = rows * cols / ty.block_size();
         let noise = uniform(seed, n_blocks * ts);
         let mut bytes: Vec<u8> = noise.iter().map(|v| (v.to_bits() >> 7) as u8).collect();
-        let scale = half::f16::from_f32(0.003).to_le_bytes();
         let at: &[usize] = match ty {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K => &[0, 2],
             GgmlType::Q6K => &[208],
             _ => unreachable!("test types only"),
         };
+        // Scales (and Q4_1/Q5_1 mins, of either sign) vary by block and row, so a kernel
+        // that reads another row's or block's gets different bits.
+        let signed_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
         for b in bytes.chunks_exact_mut(ts) {
             for &p in at {
-                b[p..p + 2].copy_from_slice(&scale);
+                let r = b[p];
+                let mut v = 0.003 * (0.5 + r as f32 / 256.0);
+                if signed_min && p == 2 && r & 1 == 1 {
+                    v = -v;
+                }
+                b[p..p + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
             }
         }
         QMatrix::from_ggml(ty, rows, cols, &bytes).unwrap()

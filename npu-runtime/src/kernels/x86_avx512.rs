@@ -52,11 +52,17 @@ pub(crate) unsafe fn run(
                 quant_pairs::<Q4_0>(k, acts, g0, g1, write)
             }
             GgmlType::Q4_0 => quant::<Q4_0>(k, acts, g0, g1, write),
+            GgmlType::Q4_1 if k.n_tokens >= PAIR_MIN_TOKENS => {
+                quant_pairs::<Q4_1>(k, acts, g0, g1, write)
+            }
             GgmlType::Q4_1 => quant::<Q4_1>(k, acts, g0, g1, write),
             GgmlType::Q5_0 if k.n_tokens >= PAIR_MIN_TOKENS => {
                 quant_pairs::<Q5_0>(k, acts, g0, g1, write)
             }
             GgmlType::Q5_0 => quant::<Q5_0>(k, acts, g0, g1, write),
+            GgmlType::Q5_1 if k.n_tokens >= PAIR_MIN_TOKENS => {
+                quant_pairs::<Q5_1>(k, acts, g0, g1, write)
+            }
             GgmlType::Q5_1 => quant::<Q5_1>(k, acts, g0, g1, write),
             GgmlType::Q8_0 if k.n_tokens >= PAIR_MIN_TOKENS => {
                 quant_pairs::<Q8_0>(k, acts, g0, g1, write)
@@ -188,6 +194,30 @@ unsafe fn load_codes<const F: u8>(codes: *const u8, high: *const u8, b: usize) -
     }
 }
 
+/// Block `b`'s 16 row scales and (Q4_1, Q5_1; else zeros) 16 row mins, from a group's
+/// scale plane (f16: 32 bytes per block, 64 with mins).
+///
+/// # Safety
+/// AVX-512 F and F16C; `scales` points at a group's scale plane holding block `b`.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,f16c")]
+unsafe fn block_scales<const F: u8>(scales: *const u8, b: usize) -> (__m512, __m512) {
+    // SAFETY: the plane holds 32 (64 with mins) bytes per block; loads are unaligned.
+    unsafe {
+        if F == Q4_1 || F == Q5_1 {
+            (
+                _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64).cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64 + 32).cast())),
+            )
+        } else {
+            (
+                _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 32).cast())),
+                _mm512_setzero_ps(),
+            )
+        }
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
@@ -205,17 +235,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 // SAFETY: block b < nb lies in this group's planes; the scale
                 // plane holds 32 (or 64) bytes per block.
                 let w = unsafe { load_codes::<F>(codes, high, b) };
-                let (scale, min) = if F == Q4_1 || F == Q5_1 {
-                    (
-                        _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64).cast())),
-                        _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 64 + 32).cast())),
-                    )
-                } else {
-                    (
-                        _mm512_cvtph_ps(_mm256_loadu_si256(scales.add(b * 32).cast())),
-                        _mm512_setzero_ps(),
-                    )
-                };
+                let (scale, min) = block_scales::<F>(scales, b);
                 for (dt, acc) in acc.iter_mut().enumerate() {
                     let blk = (t0 + dt) * nb + b;
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
@@ -254,9 +274,9 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
 /// same; KERNELS.md 51).
 const PAIR_MIN_TOKENS: usize = 4;
 
-/// [`quant`] over two adjacent row groups per pass, for formats without a min term
-/// (Q4_0, Q5_0, Q8_0): each activation broadcast, `-z*sum` and activation scale feeds
-/// both groups' `vpdpbusd` and folds, halving the broadcast loads per product (what
+/// [`quant`] over two adjacent row groups per pass (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
+/// each activation broadcast, `-z*sum`, activation scale and (Q4_1, Q5_1) scaled
+/// activation sum feeds both groups' `vpdpbusd` and folds, halving the broadcast loads per product (what
 /// limits the single-group kernel once a block's codes serve several tokens: verify
 /// batches, prefill chunks). Per (token, group, block) the same integer sums and the
 /// same float fold as [`quant`], so the same bits; an odd last group runs through
@@ -271,6 +291,7 @@ unsafe fn quant_pairs<const F: u8>(
 ) {
     let nb = k.cols / 32;
     let z = zero_point(fmt_type(F));
+    let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let pf = Prefetch::new(k.ty, k.cols);
     let mut g = g0;
@@ -283,11 +304,12 @@ unsafe fn quant_pairs<const F: u8>(
             for b in 0..nb {
                 pf.block_of_pair(ca, b);
                 pf.block_of_pair(cb, b);
-                // SAFETY: block b < nb lies in both groups' planes (high bits: Q5_0 only);
+                // SAFETY: block b < nb lies in both groups' planes (high bits: Q5 only);
                 // the scale planes hold 32 bytes per block.
                 let (wa, wb) = unsafe { (load_codes::<F>(ca, ha, b), load_codes::<F>(cb, hb, b)) };
-                let scale_a = _mm512_cvtph_ps(_mm256_loadu_si256(sa.add(b * 32).cast()));
-                let scale_b = _mm512_cvtph_ps(_mm256_loadu_si256(sb.add(b * 32).cast()));
+                // SAFETY: as above, for the scale planes.
+                let ((scale_a, min_a), (scale_b, min_b)) =
+                    unsafe { (block_scales::<F>(sa, b), block_scales::<F>(sb, b)) };
                 for (dt, acc) in acc.iter_mut().enumerate() {
                     let blk = (t0 + dt) * nb + b;
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
@@ -309,6 +331,11 @@ unsafe fn quant_pairs<const F: u8>(
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(scale_a, da), acc[0]);
                     acc[1] =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(scale_b, da), acc[1]);
+                    if has_min {
+                        let ds = _mm512_set1_ps(*acts.dsum.get_unchecked(blk));
+                        acc[0] = _mm512_fmadd_ps(min_a, ds, acc[0]);
+                        acc[1] = _mm512_fmadd_ps(min_b, ds, acc[1]);
+                    }
                 }
             }
             emit_pair(write, t0, g, acc);
