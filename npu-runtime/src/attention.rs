@@ -162,8 +162,9 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// layer. Output rows go to `out` (f32 bits in atomics so tasks can write disjoint rows
 /// without `unsafe`). `run` executes `n` tasks, possibly in parallel.
 ///
-/// Work items are (block of up to `TOK_BLOCK` tokens, KV head, slice of its query
-/// heads); heads are sliced when there would be fewer than two items per thread. One
+/// Work items are (block of up to `TOK_BLOCK` tokens, KV head) or, when there would be
+/// fewer than two items per thread, slices of one: by tokens, or by query heads for a
+/// single token. One
 /// pass of the tiled score kernel over the head's K tiles serves every query of an item (each
 /// tile row is loaded once per 4 queries, 16 keys per FMA); V rows are shared in
 /// L1-sized chunks. A score depends only on its query and key (`dot_f32`'s canonical
@@ -221,18 +222,29 @@ pub fn attention(
         let lo = n_items * t / n_tasks;
         let hi = n_items * (t + 1) / n_tasks;
         for item in lo..hi {
-            // Larger slices first (the later part holds the extra head when they differ):
-            // the thread that finishes a small one takes the next large one, so with 7
-            // heads split 3 + 4 two threads both end after 7 heads' work, not 6 and 8.
+            // Larger slices first (the later part holds the extra head or token when they
+            // differ): a thread that takes over the end of another's share of items (the
+            // pool's stealing) gets the smaller slices.
             let (unit, part) = (item / parts, parts - 1 - item % parts);
-            // KV-head-major: the token blocks of one KV head follow each other, so its
-            // second pass over K and V (N > TOK_BLOCK) finds them in L2 (one thread) or
-            // runs beside the first on the other core (two), not after the other heads.
+            // KV-head-major: the token blocks and slices of one KV head follow each other,
+            // and a thread runs a contiguous share of the items, so a second pass over the
+            // head's K and V usually finds them in this core's L2.
             let (g, blk) = (unit / n_blocks, unit % n_blocks);
-            let h0 = g * group + group * part / parts;
-            let h1 = g * group + group * (part + 1) / parts;
+            let (b0, b1) = (blk * TOK_BLOCK, (blk * TOK_BLOCK + TOK_BLOCK).min(n));
+            // A block of several tokens is sliced by tokens (every slice has all the
+            // group's heads: 8 tokens x 3 heads give two items of 12 queries, not 8 and
+            // 16), a single token by heads.
+            let ((h0, h1), (i0, i1)) = if b1 - b0 >= parts {
+                let nt = b1 - b0;
+                let t0 = b0 + nt * part / parts;
+                let t1 = b0 + nt * (part + 1) / parts;
+                ((g * group, (g + 1) * group), (t0, t1))
+            } else {
+                let h0 = g * group + group * part / parts;
+                let h1 = g * group + group * (part + 1) / parts;
+                ((h0, h1), (b0, b1))
+            };
             let nh = h1 - h0;
-            let (i0, i1) = (blk * TOK_BLOCK, (blk * TOK_BLOCK + TOK_BLOCK).min(n));
             let nq = (i1 - i0) * nh;
             // Query a = (token - i0) * nh + (head - h0), gathered contiguously.
             let qs = &mut qbuf[..nq * hd];

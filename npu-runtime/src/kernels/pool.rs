@@ -3,7 +3,8 @@
 //! Workers live as long as the pool. Between jobs they spin briefly (a decode
 //! step issues ~170 matmuls back to back, and waking a parked thread costs
 //! tens of microseconds), then park on a condition variable. The calling thread
-//! takes tasks too. Tasks are handed out through an atomic counter, so which
+//! takes tasks too. Each thread starts on its own contiguous share of the tasks and
+//! then takes halves of the others' remaining shares (`Job::run_tasks`), so which
 //! thread runs which task varies; callers must make every task write disjoint
 //! outputs so results do not depend on it.
 
@@ -27,20 +28,72 @@ type TaskFn<'a> = dyn Fn(usize) + Sync + 'a;
 /// One `parallel_for` call, living on the caller's stack.
 struct Job<'a> {
     f: &'a TaskFn<'a>,
-    n_tasks: usize,
-    next: AtomicUsize,
+    /// Per thread (0: the caller, `i`: worker `i`) the tasks `[front, back)` it still
+    /// owns, packed by [`pack`].
+    ranges: &'a [AtomicU64],
     panicked: AtomicBool,
 }
 
+fn pack(front: usize, back: usize) -> u64 {
+    ((front as u64) << 32) | back as u64
+}
+
+fn unpack(r: u64) -> (usize, usize) {
+    ((r >> 32) as usize, (r & 0xFFFF_FFFF) as usize)
+}
+
 impl Job<'_> {
-    fn run_tasks(&self) {
+    /// Thread `me` runs its own tasks in ascending order, then repeatedly takes the back
+    /// half of another thread's remaining tasks as its own. So each thread walks a
+    /// contiguous run of tasks: for a matmul, one stream of adjacent row groups whose
+    /// software prefetch runs on from one task into the next, instead of tasks dealt
+    /// out alternately (each starting cold, its predecessor's prefetch spent on a range
+    /// the other thread reads). A late or descheduled thread's tasks are still taken.
+    fn run_tasks(&self, me: usize) {
+        let own = &self.ranges[me];
         loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= self.n_tasks {
-                break;
+            while let Some(i) = self.take_front(own) {
+                if catch_unwind(AssertUnwindSafe(|| (self.f)(i))).is_err() {
+                    self.panicked.store(true, Ordering::Relaxed);
+                }
             }
-            if catch_unwind(AssertUnwindSafe(|| (self.f)(i))).is_err() {
-                self.panicked.store(true, Ordering::Relaxed);
+            let n = self.ranges.len();
+            let Some((lo, hi)) = (1..n).find_map(|k| self.steal_half(&self.ranges[(me + k) % n]))
+            else {
+                return;
+            };
+            // Only this thread adds to its own range, and it is empty: nobody changes it
+            // meanwhile (others' attempts on an empty range do nothing).
+            own.store(pack(lo, hi), Ordering::SeqCst);
+        }
+    }
+
+    fn take_front(&self, r: &AtomicU64) -> Option<usize> {
+        let mut cur = r.load(Ordering::SeqCst);
+        loop {
+            let (f, b) = unpack(cur);
+            if f >= b {
+                return None;
+            }
+            match r.compare_exchange_weak(cur, pack(f + 1, b), Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Some(f),
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Removes the back half (at least one task) of `r`'s remaining tasks and returns it.
+    fn steal_half(&self, r: &AtomicU64) -> Option<(usize, usize)> {
+        let mut cur = r.load(Ordering::SeqCst);
+        loop {
+            let (f, b) = unpack(cur);
+            if f >= b {
+                return None;
+            }
+            let mid = f + (b - f) / 2;
+            match r.compare_exchange_weak(cur, pack(f, mid), Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Some((mid, b)),
+                Err(v) => cur = v,
             }
         }
     }
@@ -58,6 +111,8 @@ struct Shared {
     /// a worker that is descheduled (busy machine) never delays a call.
     state: AtomicUsize,
     job: AtomicPtr<Job<'static>>,
+    /// Each thread's task range for the current job ([`Job::ranges`]).
+    ranges: Box<[AtomicU64]>,
     shutdown: AtomicBool,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -79,6 +134,7 @@ impl ThreadPool {
             epoch: AtomicU64::new(0),
             state: AtomicUsize::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
+            ranges: (0..n_threads.max(1)).map(|_| AtomicU64::new(0)).collect(),
             shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
@@ -89,7 +145,7 @@ impl ThreadPool {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("kernel-worker-{i}"))
-                    .spawn(move || worker(&s))
+                    .spawn(move || worker(&s, i))
                     .expect("spawning a kernel worker thread")
             })
             .collect();
@@ -122,10 +178,18 @@ impl ThreadPool {
             return;
         }
         let _serial = self.call.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &*self.shared;
+        assert!(n_tasks <= u32::MAX as usize, "parallel_for: too many tasks");
+        let n = s.ranges.len();
+        for (t, r) in s.ranges.iter().enumerate() {
+            r.store(
+                pack(t * n_tasks / n, (t + 1) * n_tasks / n),
+                Ordering::SeqCst,
+            );
+        }
         let job = Job {
             f,
-            n_tasks,
-            next: AtomicUsize::new(0),
+            ranges: &s.ranges,
             panicked: AtomicBool::new(false),
         };
         // SAFETY: workers dereference the pointer only while they are counted in
@@ -137,7 +201,6 @@ impl ThreadPool {
         let ptr = unsafe {
             std::mem::transmute::<*const Job<'_>, *mut Job<'static>>(&job as *const Job<'_>)
         };
-        let s = &*self.shared;
         s.job.store(ptr, Ordering::SeqCst);
         s.state.store(OPEN, Ordering::SeqCst);
         s.epoch.fetch_add(1, Ordering::SeqCst);
@@ -146,7 +209,7 @@ impl ThreadPool {
             s.wake.notify_all();
         }
         IN_POOL.with(|c| c.set(true));
-        job.run_tasks();
+        job.run_tasks(0);
         IN_POOL.with(|c| c.set(false));
         s.state.fetch_and(!OPEN, Ordering::SeqCst);
         let mut spins = 0u32;
@@ -215,7 +278,7 @@ fn try_join(s: &Shared) -> bool {
     false
 }
 
-fn worker(s: &Shared) {
+fn worker(s: &Shared, me: usize) {
     IN_POOL.with(|c| c.set(true));
     let mut seen = 0u64;
     loop {
@@ -247,7 +310,7 @@ fn worker(s: &Shared) {
             // SAFETY: we are counted in `state`, so the caller that published
             // `ptr` is still waiting inside `parallel_for` and the job is alive.
             if let Some(job) = unsafe { ptr.as_ref() } {
-                job.run_tasks();
+                job.run_tasks(me);
             }
             s.state.fetch_sub(1, Ordering::SeqCst);
         }
@@ -284,6 +347,35 @@ mod tests {
                 });
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
             }
+        }
+    }
+
+    /// A task that cannot finish until every other task has run: the others must be
+    /// taken from the blocked thread's share (whichever thread holds it), so this fails
+    /// (times out) if shares are not stolen.
+    #[test]
+    fn a_blocked_task_does_not_hold_back_its_threads_share() {
+        for threads in [2, 3, 4] {
+            let pool = ThreadPool::new(threads);
+            let n = 16;
+            let done = AtomicUsize::new(0);
+            let timed_out = AtomicBool::new(false);
+            pool.parallel_for(n, &|i| {
+                if i == 0 {
+                    let start = Instant::now();
+                    while done.load(Ordering::SeqCst) < n - 1 {
+                        if start.elapsed() > Duration::from_secs(20) {
+                            timed_out.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            assert!(!timed_out.load(Ordering::SeqCst), "{threads} threads");
+            assert_eq!(done.load(Ordering::SeqCst), n - 1);
         }
     }
 
