@@ -61,7 +61,7 @@ impl ModelWeights {
         let vocab: [Slot<QMatrix>; 2] = Default::default();
         let layer_slots: Vec<Slot<LayerWeights>> =
             (0..cfg.n_layer).map(|_| Mutex::new(None)).collect();
-        pool.parallel_for(2 + cfg.n_layer, &|j| match j {
+        pool.parallel_for_in_order(2 + cfg.n_layer, &|j| match j {
             0 => put(&vocab[0], src.matrix("token_embd.weight")),
             1 if cfg.tied_embeddings => {}
             1 => put(&vocab[1], src.matrix("output.weight")),

@@ -31,6 +31,7 @@ struct Job<'a> {
     /// Per thread (0: the caller, `i`: worker `i`) the tasks `[front, back)` it still
     /// owns, packed by [`pack`].
     ranges: &'a [AtomicU64],
+    in_order: bool,
     panicked: AtomicBool,
 }
 
@@ -50,12 +51,21 @@ impl Job<'_> {
     /// out alternately (each starting cold, its predecessor's prefetch spent on a range
     /// the other thread reads). A late or descheduled thread's tasks are still taken.
     fn run_tasks(&self, me: usize) {
-        let own = &self.ranges[me];
+        // In order (`parallel_for_in_order`): thread 0's range holds every task and all
+        // threads take its front.
+        let own = if self.in_order {
+            &self.ranges[0]
+        } else {
+            &self.ranges[me]
+        };
         loop {
             while let Some(i) = self.take_front(own) {
                 if catch_unwind(AssertUnwindSafe(|| (self.f)(i))).is_err() {
                     self.panicked.store(true, Ordering::Relaxed);
                 }
+            }
+            if self.in_order {
+                return;
             }
             let n = self.ranges.len();
             let Some((lo, hi)) = (1..n).find_map(|k| self.steal_half(&self.ranges[(me + k) % n]))
@@ -165,9 +175,21 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
-    /// Run `f(0) .. f(n_tasks - 1)` across the pool and return when all are done.
+    /// Run `f(0) .. f(n_tasks - 1)` across the pool and return when all are done: each
+    /// thread a contiguous share, then halves of the others' (`Job::run_tasks`).
     /// A panic in a task is re-raised here after every task has finished.
     pub fn parallel_for(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run(n_tasks, f, false)
+    }
+
+    /// [`Self::parallel_for`] with the tasks started in index order, each by the next
+    /// free thread: for tasks of unequal size sorted largest first (loading a model:
+    /// the vocabulary matrix, then the layers, each freeing its source pages when done).
+    pub fn parallel_for_in_order(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run(n_tasks, f, true)
+    }
+
+    fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync), in_order: bool) {
         if n_tasks == 0 {
             return;
         }
@@ -182,14 +204,18 @@ impl ThreadPool {
         assert!(n_tasks <= u32::MAX as usize, "parallel_for: too many tasks");
         let n = s.ranges.len();
         for (t, r) in s.ranges.iter().enumerate() {
-            r.store(
-                pack(t * n_tasks / n, (t + 1) * n_tasks / n),
-                Ordering::SeqCst,
-            );
+            // In order: every thread takes from the front of the one range.
+            let share = match (in_order, t) {
+                (true, 0) => pack(0, n_tasks),
+                (true, _) => pack(0, 0),
+                _ => pack(t * n_tasks / n, (t + 1) * n_tasks / n),
+            };
+            r.store(share, Ordering::SeqCst);
         }
         let job = Job {
             f,
             ranges: &s.ranges,
+            in_order,
             panicked: AtomicBool::new(false),
         };
         // SAFETY: workers dereference the pointer only while they are counted in
@@ -376,6 +402,28 @@ mod tests {
             });
             assert!(!timed_out.load(Ordering::SeqCst), "{threads} threads");
             assert_eq!(done.load(Ordering::SeqCst), n - 1);
+        }
+    }
+
+    /// In order: a task starts only after every lower task has started.
+    #[test]
+    fn in_order_tasks_start_in_index_order() {
+        for threads in [1, 2, 3, 4] {
+            let pool = ThreadPool::new(threads);
+            let n = 64;
+            let started = AtomicUsize::new(0);
+            let out_of_order = AtomicBool::new(false);
+            let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+            pool.parallel_for_in_order(n, &|i| {
+                // Every task before i has been claimed; all but at most the other
+                // threads' current ones have also counted their start.
+                if started.fetch_add(1, Ordering::SeqCst) + threads < i + 1 {
+                    out_of_order.store(true, Ordering::SeqCst);
+                }
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(!out_of_order.load(Ordering::SeqCst), "{threads} threads");
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
     }
 
