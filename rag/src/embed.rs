@@ -80,7 +80,10 @@ impl MiniLmEmbedder {
                 path.display()
             );
         }
-        let workspace = Mutex::new(model.workspace(BATCH_TOKENS / MAX_TOKENS, MAX_TOKENS));
+        // Planned for one sequence: a query (`rag search`, `rag ask`) needs no more, and
+        // zeroing the buffers of a whole indexing batch (~60 MB) cost ~25 ms of every
+        // start-up; the first larger batch grows them once (`BertModel::encode` plans).
+        let workspace = Mutex::new(model.workspace(1, MAX_TOKENS));
         let model_id = match format {
             WeightFormat::F32 => MODEL_ID,
             WeightFormat::Q8_0 => MODEL_ID_Q8_0,

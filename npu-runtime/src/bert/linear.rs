@@ -144,9 +144,17 @@ fn quantize_q8_0(weight: &[f32]) -> Vec<u8> {
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         out.extend(half::f16::from_f32(d).to_le_bytes());
-        out.extend(block.iter().map(|v| (v * id).round() as i8 as u8));
+        out.extend(block.iter().map(|v| round_to_i8(v * id) as u8));
     }
     out
+}
+
+/// `x.round() as i8` (halves away from zero, as C's `roundf` in ggml) without a call to
+/// libm's `roundf` per weight (7% of the embedder's load): in f64 `x ± 0.5` is exact for
+/// every f32 `x`, and the saturating cast truncates toward zero.
+fn round_to_i8(x: f32) -> i8 {
+    let x = f64::from(x);
+    (x + 0.5f64.copysign(x)) as i8
 }
 
 impl Linear {
@@ -188,6 +196,26 @@ impl Linear {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn round_to_i8_equals_round_then_cast() {
+        let mut vals: Vec<f32> = vec![f32::NAN, f32::INFINITY, -f32::INFINITY, 0.0, -0.0];
+        for k in -260..=260 {
+            let h = k as f32 * 0.5;
+            // Halves, and the floats either side of them.
+            vals.extend([h, h.next_down(), h.next_up()]);
+        }
+        let mut seed = 99u64;
+        for _ in 0..100_000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            vals.push(((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 300.0);
+        }
+        for v in vals {
+            assert_eq!(super::round_to_i8(v), v.round() as i8, "{v}");
+        }
+    }
+
     use super::*;
 
     fn values(seed: u64, len: usize) -> Vec<f32> {

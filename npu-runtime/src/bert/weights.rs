@@ -2,7 +2,9 @@
 //! presence, type and shape against the config before anything is sized from it.
 
 use super::{linear::Linear, BertConfig, BertError, WeightFormat};
+use crate::kernels::ThreadPool;
 use safetensors::{Dtype, SafeTensors};
+use std::sync::Mutex;
 
 pub(crate) struct LayerWeights {
     /// Query, key and value projections fused into one `[3·hidden, hidden]` layer.
@@ -83,10 +85,14 @@ impl Reader<'_> {
     }
 }
 
+/// Reads and converts every tensor; the layers (and, as one more task, the embeddings) are
+/// converted on `pool`'s threads, each into its own slot, and errors are reported in a
+/// fixed order (layers 0.., then the embeddings), whatever the thread count.
 pub(crate) fn load(
     cfg: &BertConfig,
     bytes: &[u8],
     format: WeightFormat,
+    pool: &ThreadPool,
 ) -> Result<BertWeights, BertError> {
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| BertError::Weights(format!("not a valid safetensors file: {e}")))?;
@@ -97,36 +103,73 @@ pub(crate) fn load(
         ""
     };
     let r = Reader { st, prefix, format };
-    let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
-    let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-    for l in 0..cfg.num_hidden_layers {
+    let n_layers = cfg.num_hidden_layers;
+    let layer_slots: Vec<Mutex<Option<Result<LayerWeights, BertError>>>> =
+        (0..n_layers).map(|_| Mutex::new(None)).collect();
+    let embeddings = Mutex::new(None);
+    // Largest first: the embeddings (a 30522-row table), then the layers in order.
+    pool.parallel_for_in_order(n_layers + 1, &|task| match task {
+        0 => *lock(&embeddings) = Some(r.embeddings(cfg)),
+        l => *lock(&layer_slots[l - 1]) = Some(r.layer(cfg, l - 1)),
+    });
+    let layers = layer_slots
+        .into_iter()
+        .map(|s| into_inner(s).expect("every layer task ran"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (word, position, token_type, emb_ln) =
+        into_inner(embeddings).expect("the embeddings task ran")?;
+    Ok(BertWeights {
+        word,
+        position,
+        token_type,
+        emb_ln,
+        layers,
+    })
+}
+
+type Embeddings = (Vec<f32>, Vec<f32>, Vec<f32>, (Vec<f32>, Vec<f32>));
+
+impl Reader<'_> {
+    fn layer(&self, cfg: &BertConfig, l: usize) -> Result<LayerWeights, BertError> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let p = format!("encoder.layer.{l}.");
         let mut w = Vec::with_capacity(3 * h * h);
         let mut b = Vec::with_capacity(3 * h);
         for part in ["query", "key", "value"] {
-            w.extend(r.get(&format!("{p}attention.self.{part}.weight"), &[h, h])?);
-            b.extend(r.get(&format!("{p}attention.self.{part}.bias"), &[h])?);
+            w.extend(self.get(&format!("{p}attention.self.{part}.weight"), &[h, h])?);
+            b.extend(self.get(&format!("{p}attention.self.{part}.bias"), &[h])?);
         }
-        layers.push(LayerWeights {
-            qkv: Linear::new(&w, &b, 3 * h, h, r.format),
-            attn_out: r.linear(&format!("{p}attention.output.dense"), h, h)?,
-            attn_ln: r.norm(&format!("{p}attention.output.LayerNorm"), h)?,
-            intermediate: r.linear(&format!("{p}intermediate.dense"), i, h)?,
-            output: r.linear(&format!("{p}output.dense"), h, i)?,
-            out_ln: r.norm(&format!("{p}output.LayerNorm"), h)?,
-        });
+        Ok(LayerWeights {
+            qkv: Linear::new(&w, &b, 3 * h, h, self.format),
+            attn_out: self.linear(&format!("{p}attention.output.dense"), h, h)?,
+            attn_ln: self.norm(&format!("{p}attention.output.LayerNorm"), h)?,
+            intermediate: self.linear(&format!("{p}intermediate.dense"), i, h)?,
+            output: self.linear(&format!("{p}output.dense"), h, i)?,
+            out_ln: self.norm(&format!("{p}output.LayerNorm"), h)?,
+        })
     }
-    Ok(BertWeights {
-        word: r.get("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?,
-        position: r.get(
-            "embeddings.position_embeddings.weight",
-            &[cfg.max_position_embeddings, h],
-        )?,
-        token_type: r.get(
-            "embeddings.token_type_embeddings.weight",
-            &[cfg.type_vocab_size, h],
-        )?,
-        emb_ln: r.norm("embeddings.LayerNorm", h)?,
-        layers,
-    })
+
+    fn embeddings(&self, cfg: &BertConfig) -> Result<Embeddings, BertError> {
+        let h = cfg.hidden_size;
+        Ok((
+            self.get("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?,
+            self.get(
+                "embeddings.position_embeddings.weight",
+                &[cfg.max_position_embeddings, h],
+            )?,
+            self.get(
+                "embeddings.token_type_embeddings.weight",
+                &[cfg.type_vocab_size, h],
+            )?,
+            self.norm("embeddings.LayerNorm", h)?,
+        ))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn into_inner<T>(m: Mutex<T>) -> T {
+    m.into_inner().unwrap_or_else(|e| e.into_inner())
 }
