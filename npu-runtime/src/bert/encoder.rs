@@ -78,9 +78,13 @@ fn read_parallel(path: &Path, _pool: &ThreadPool) -> std::io::Result<Vec<u8>> {
 /// pages on one core.
 #[cfg(unix)]
 fn read_parallel(path: &Path, pool: &ThreadPool) -> std::io::Result<Vec<u8>> {
+    read_in_pieces(path, pool, 8 << 20)
+}
+
+/// [`read_parallel`] with `piece` bytes per task.
+#[cfg(unix)]
+fn read_in_pieces(path: &Path, pool: &ThreadPool, piece: usize) -> std::io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
-    /// Bytes per task.
-    const PIECE: usize = 8 << 20;
     let file = std::fs::File::open(path)?;
     let len = usize::try_from(file.metadata()?.len())
         .map_err(|_| std::io::Error::other("file too large"))?;
@@ -90,8 +94,8 @@ fn read_parallel(path: &Path, pool: &ThreadPool) -> std::io::Result<Vec<u8>> {
         .map_err(|_| std::io::Error::other("file too large to read into memory"))?;
     bytes.resize(len, 0);
     let failed = std::sync::Mutex::new(None);
-    pool.for_each_chunk_mut(&mut bytes, PIECE, &|i, piece| {
-        if let Err(e) = file.read_exact_at(piece, (i * PIECE) as u64) {
+    pool.for_each_chunk_mut(&mut bytes, piece, &|i, dst| {
+        if let Err(e) = file.read_exact_at(dst, (i * piece) as u64) {
             failed
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -486,5 +490,25 @@ impl BertModel {
                 }
             },
         );
+    }
+}
+
+#[cfg(all(test, unix))]
+mod read_tests {
+    use super::*;
+
+    #[test]
+    fn pieces_read_on_the_pool_equal_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        for len in [0usize, 1, 63, 64, 65, 1000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            std::fs::write(&path, &data).unwrap();
+            for threads in [1, 3] {
+                let got = read_in_pieces(&path, &ThreadPool::new(threads), 64).unwrap();
+                assert_eq!(got, data, "len {len}, {threads} threads");
+            }
+        }
+        assert!(read_parallel(&dir.path().join("missing"), &ThreadPool::new(2)).is_err());
     }
 }
