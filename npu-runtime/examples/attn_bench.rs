@@ -3,6 +3,7 @@
 //!
 //! cargo run -p npu-runtime --release --example attn_bench -- \
 //!     [--model 0.5b|1.5b|smollm2] [--depth 1000] [--threads 2] [--ns 1,8,16] [--rounds 20]
+//!     [--flush MB]
 //!
 //! Reports the minimum and median wall time of a step (all layers) and the f32 FMA rate
 //! (QK plus PV: `2 * N * n_head * keys * head_dim` per layer) against the pool's f32 FMA
@@ -31,6 +32,10 @@ fn main() {
     let depth: usize = arg("--depth", "1000").parse().expect("--depth");
     let threads: usize = arg("--threads", "2").parse().expect("--threads");
     let rounds: usize = arg("--rounds", "20").parse().expect("--rounds");
+    // Read this many MB between layers, untimed: in a real forward the layer's weights
+    // pass through the caches between two attention calls, so K and V come from DRAM.
+    let flush_mb: usize = arg("--flush", "0").parse().expect("--flush");
+    let flush: Vec<u64> = vec![1; flush_mb << 17];
     let ns: Vec<usize> = arg("--ns", "1,8,16")
         .split(',')
         .map(|s| s.parse().expect("--ns"))
@@ -80,8 +85,13 @@ fn main() {
         mask.set_causal(n).expect("batch size");
         let mut times = Vec::with_capacity(rounds);
         for _ in 0..rounds + 2 {
-            let t0 = Instant::now();
+            let mut elapsed = 0.0;
             for layer in 0..n_layer {
+                if !flush.is_empty() {
+                    let sum: u64 = pool_sum(&pool, &flush);
+                    std::hint::black_box(sum);
+                }
+                let t0 = Instant::now();
                 attention(
                     &q[..n * n_head * hd],
                     kv.layer_view(layer),
@@ -92,8 +102,9 @@ fn main() {
                     &out,
                     &run,
                 );
+                elapsed += t0.elapsed().as_secs_f64();
             }
-            times.push(t0.elapsed().as_secs_f64());
+            times.push(elapsed);
         }
         times.drain(..2);
         times.sort_by(f64::total_cmp);
@@ -109,4 +120,21 @@ fn main() {
             rate / 1e9
         );
     }
+}
+
+/// Sum of `buf`, read by every pool thread in contiguous shares (so every core's caches
+/// are flushed, as a layer's matmuls would).
+fn pool_sum(pool: &ThreadPool, buf: &[u64]) -> u64 {
+    let n = pool.n_threads();
+    let sums: Vec<std::sync::atomic::AtomicU64> = (0..n)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    pool.parallel_for(n, &|t| {
+        let part = &buf[buf.len() * t / n..buf.len() * (t + 1) / n];
+        let s = part.iter().fold(0u64, |a, &x| a.wrapping_add(x));
+        sums[t].store(s, std::sync::atomic::Ordering::Relaxed);
+    });
+    sums.iter()
+        .map(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
 }

@@ -124,6 +124,9 @@ const TOK_BLOCK: usize = 8;
 /// V rows per step of the weighted sum: 64 rows of a 64-wide head are 16 KB, so a
 /// chunk stays in L1 while every query of an item accumulates it.
 const V_CHUNK: usize = 64;
+/// Rows ahead that the first queries of a chunk prefetch V (KERNELS.md 63): the
+/// hardware prefetchers here barely follow a stream from memory.
+const V_PREFETCH_ROWS: usize = 16;
 
 /// Preplanned per-task scratch: for up to `TOK_BLOCK` tokens × one GQA group of query
 /// heads, the scores of every KV slot, the gathered queries, the output rows and the
@@ -281,7 +284,8 @@ pub fn attention(
             while r0 < n_past {
                 let r = V_CHUNK.min(n_past - r0);
                 let rows = &vh[r0 * hd..];
-                axpy_rows_multi_with_isa(isa, &scores[r0..], stride, r, rows, hd, acc, hd);
+                let w = &scores[r0..];
+                axpy_rows_multi_with_isa(isa, w, stride, r, rows, hd, acc, hd, V_PREFETCH_ROWS);
                 r0 += r;
             }
             for ti in i0..i1 {
@@ -290,7 +294,7 @@ pub fn attention(
                 for_each_run(0, mask.visible(ti), |key, slot, len| {
                     let rows = &vh[(n_past + slot) * hd..];
                     let w = &scores[a0 * stride + n_past + key..];
-                    axpy_rows_multi_with_isa(isa, w, stride, len, rows, hd, acc, hd);
+                    axpy_rows_multi_with_isa(isa, w, stride, len, rows, hd, acc, hd, 0);
                 });
                 let o = &out[ti * n_head * hd + h0 * hd..][..nh * hd];
                 let (acc, inv) = (&acc[..], &inv[a0..a0 + nh]);

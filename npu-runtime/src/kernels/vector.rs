@@ -82,7 +82,7 @@ pub fn axpy_rows_with_isa(isa: Isa, w: &[f32], rows: &[f32], stride: usize, acc:
     if isa == Isa::Avx512Vnni && isa.is_supported() && !w.is_empty() && !acc.is_empty() {
         let (n, len) = (w.len(), acc.len());
         // SAFETY: the CPU supports AVX-512F, AVX2 and FMA; bounds were checked above.
-        return unsafe { axpy_multi_avx512::<1>(w, n, n, rows, stride, acc, len) };
+        return unsafe { axpy_multi_avx512::<1>(w, n, n, rows, stride, acc, len, 0) };
     }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && isa.is_supported() {
@@ -179,6 +179,10 @@ impl MultiShape {
 /// `acc[a * len + d] += w[a * w_stride + j] * rows[j * stride + d]`, rows `j < n_rows`
 /// ascending, fused. Each row is loaded once for up to four queries. Bits equal
 /// [`axpy_rows`] per query.
+///
+/// `prefetch_rows > 0`: while the first queries pass over row `j`, the SIMD kernels
+/// prefetch row `j + prefetch_rows` (a hint; rows past the slice are never read), so a
+/// caller walking a long run of rows in chunks has the next chunk on its way.
 #[allow(clippy::too_many_arguments)]
 pub fn axpy_rows_multi_with_isa(
     isa: Isa,
@@ -189,6 +193,7 @@ pub fn axpy_rows_multi_with_isa(
     stride: usize,
     acc: &mut [f32],
     len: usize,
+    prefetch_rows: usize,
 ) {
     let shape = MultiShape {
         len,
@@ -205,14 +210,16 @@ pub fn axpy_rows_multi_with_isa(
         while a0 < n_q {
             let h = (n_q - a0).min(4);
             let (w, acc) = (&w[a0 * w_stride..], &mut acc[a0 * len..(a0 + h) * len]);
+            // The first group brings the rows into L1; later groups find them there.
+            let pf = if a0 == 0 { prefetch_rows } else { 0 };
             // SAFETY: the CPU supports AVX-512F and FMA; the bounds checked above cover
             // the `h` queries starting at `a0`.
             unsafe {
                 match h {
-                    4 => axpy_multi_avx512::<4>(w, w_stride, n_rows, rows, stride, acc, len),
-                    3 => axpy_multi_avx512::<3>(w, w_stride, n_rows, rows, stride, acc, len),
-                    2 => axpy_multi_avx512::<2>(w, w_stride, n_rows, rows, stride, acc, len),
-                    _ => axpy_multi_avx512::<1>(w, w_stride, n_rows, rows, stride, acc, len),
+                    4 => axpy_multi_avx512::<4>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    3 => axpy_multi_avx512::<3>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    2 => axpy_multi_avx512::<2>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    _ => axpy_multi_avx512::<1>(w, w_stride, n_rows, rows, stride, acc, len, pf),
                 }
             }
             a0 += h;
@@ -225,12 +232,13 @@ pub fn axpy_rows_multi_with_isa(
         while a0 < n_q {
             let h = (n_q - a0).min(2);
             let (w, acc) = (&w[a0 * w_stride..], &mut acc[a0 * len..(a0 + h) * len]);
+            let pf = if a0 == 0 { prefetch_rows } else { 0 };
             // SAFETY: the CPU supports AVX2 and FMA; the bounds checked above cover the
             // `h` queries starting at `a0`.
             unsafe {
                 match h {
-                    2 => axpy_multi_avx2::<2>(w, w_stride, n_rows, rows, stride, acc, len),
-                    _ => axpy_multi_avx2::<1>(w, w_stride, n_rows, rows, stride, acc, len),
+                    2 => axpy_multi_avx2::<2>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    _ => axpy_multi_avx2::<1>(w, w_stride, n_rows, rows, stride, acc, len, pf),
                 }
             }
             a0 += h;
@@ -246,6 +254,7 @@ pub fn axpy_rows_multi_with_isa(
 /// queries per row load (16 ymm registers: 2 queries x 4 vectors of accumulators).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn axpy_multi_avx2<const H: usize>(
     w: &[f32],
     w_stride: usize,
@@ -254,6 +263,7 @@ unsafe fn axpy_multi_avx2<const H: usize>(
     stride: usize,
     acc: &mut [f32],
     len: usize,
+    pf: usize,
 ) {
     use std::arch::x86_64::*;
     let mut c = 0;
@@ -271,6 +281,9 @@ unsafe fn axpy_multi_avx2<const H: usize>(
             }
             for j in 0..n_rows {
                 let base = rows.as_ptr().add(j * stride + c);
+                if pf > 0 {
+                    prefetch_row(base.wrapping_add(pf * stride), nv);
+                }
                 let mut wb = [_mm256_setzero_ps(); H];
                 for (a, wb) in wb.iter_mut().enumerate() {
                     *wb = _mm256_set1_ps(*w.get_unchecked(a * w_stride + j));
@@ -309,9 +322,11 @@ unsafe fn axpy_multi_avx2<const H: usize>(
 }
 
 /// `H` queries at once over column blocks of 64 (then 16, then scalar): the row block is
-/// loaded once and fused into each query's accumulators, which stay in registers.
+/// loaded once and fused into each query's accumulators, which stay in registers. With
+/// `pf > 0` each block also prefetches its columns of the row `pf` rows ahead.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn axpy_multi_avx512<const H: usize>(
     w: &[f32],
     w_stride: usize,
@@ -320,16 +335,17 @@ unsafe fn axpy_multi_avx512<const H: usize>(
     stride: usize,
     acc: &mut [f32],
     len: usize,
+    pf: usize,
 ) {
     let mut c = 0;
     while c + 64 <= len {
         // SAFETY: forwarded caller contract; c + 64 <= len.
-        unsafe { axpy_multi_block::<H, 4>(w, w_stride, n_rows, rows, stride, acc, len, c) };
+        unsafe { axpy_multi_block::<H, 4>(w, w_stride, n_rows, rows, stride, acc, len, c, pf) };
         c += 64;
     }
     while c + 16 <= len {
         // SAFETY: forwarded caller contract; c + 16 <= len.
-        unsafe { axpy_multi_block::<H, 1>(w, w_stride, n_rows, rows, stride, acc, len, c) };
+        unsafe { axpy_multi_block::<H, 1>(w, w_stride, n_rows, rows, stride, acc, len, c, pf) };
         c += 16;
     }
     for a in 0..H {
@@ -358,6 +374,7 @@ unsafe fn axpy_multi_block<const H: usize, const NV: usize>(
     acc: &mut [f32],
     len: usize,
     c: usize,
+    pf: usize,
 ) {
     use std::arch::x86_64::*;
     let mut r = [[_mm512_setzero_ps(); NV]; H];
@@ -372,6 +389,9 @@ unsafe fn axpy_multi_block<const H: usize, const NV: usize>(
         }
         for j in 0..n_rows {
             let base = rows.as_ptr().add(j * stride + c);
+            if pf > 0 {
+                prefetch_row(base.wrapping_add(pf * stride), NV * 2);
+            }
             let mut v = [_mm512_setzero_ps(); NV];
             for (t, v) in v.iter_mut().enumerate() {
                 *v = _mm512_loadu_ps(base.add(16 * t));
@@ -388,6 +408,18 @@ unsafe fn axpy_multi_block<const H: usize, const NV: usize>(
                 _mm512_storeu_ps(acc.as_mut_ptr().add(a * len + c + 16 * t), *r);
             }
         }
+    }
+}
+
+/// Prefetches `halves` 32-byte halves of lines from `at`, one hint per 64-byte line.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_row(at: *const f32, halves: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for t in 0..halves.div_ceil(2) {
+        // SAFETY: a prefetch is a hint that cannot fault, whatever the address (hence
+        // the caller's `wrapping_add`).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(16 * t).cast()) }
     }
 }
 
@@ -789,9 +821,13 @@ mod tests {
                     }
                 }
             }
+            // Prefetching (0, inside the rows, far past their end) must not change a bit.
+            let pf = [0usize, 16, 1000][case % 3];
             for isa in Isa::available() {
                 let mut acc = init.clone();
-                axpy_rows_multi_with_isa(isa, &w, w_stride, n_rows, &rows, stride, &mut acc, len);
+                axpy_rows_multi_with_isa(
+                    isa, &w, w_stride, n_rows, &rows, stride, &mut acc, len, pf,
+                );
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&acc), bits(&want), "{isa:?} case {case}");
             }
