@@ -8,6 +8,10 @@
 //! llama.cpp runs through `scripts/peers/llamacpp_bench.py` in a virtualenv outside the
 //! repository (`--python`); `--requant q4_0` also compares on llama.cpp's own re-quantization
 //! of the file, made once with `scripts/peers/llamacpp_requantize.py` into the model cache.
+//!
+//! Lower kernel tiers (users' CPUs without AVX-512) are compared by running the command with
+//! `RAG_ISA=avx2` (or `avxvnni`) against a llama.cpp built for the same instruction set
+//! (`--peer-build` says how); such a run reports into its own section.
 
 use crate::bench_report;
 use anyhow::{bail, Context, Result};
@@ -43,6 +47,16 @@ pub struct Args {
     /// Do not write the BENCHMARKS.md section.
     #[arg(long)]
     pub no_report: bool,
+    /// How the peer's llama.cpp was built, for the report (e.g. the CMake flags of an
+    /// AVX2-only build when comparing with `RAG_ISA=avx2`).
+    #[arg(long, default_value = "built from source with GGML_NATIVE")]
+    pub peer_build: String,
+}
+
+/// The kernel tier this run uses when it is not this CPU's best (`RAG_ISA`), else `None`.
+fn forced_tier() -> Option<npu_runtime::kernels::Isa> {
+    let isa = npu_runtime::kernels::detected();
+    (isa != npu_runtime::kernels::Isa::available()[0]).then_some(isa)
 }
 
 const VERIFY_SIZES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
@@ -74,14 +88,23 @@ pub fn run(args: Args) -> Result<()> {
         ),
         None => "no int8 SIMD path on this CPU: no int8 peak".to_owned(),
     };
+    let tier = forced_tier();
+    let ours_text = match tier {
+        Some(isa) => format!(
+            "Our engine runs its {} kernels (`RAG_ISA={}`; the CPU has better ones), the peak \
+             below is that tier's. ",
+            isa.name(),
+            isa.name()
+        ),
+        None => String::new(),
+    };
     let mut body = format!(
         "Both engines on the same file with {} threads, back to back: {} alternating rounds \
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
-         repetitions. llama.cpp is llama-cpp-python 0.3.36 (built from source with \
-         GGML_NATIVE) in a virtualenv outside the repo. Memory read bandwidth measured in \
-         this run: {bw:.1} GB/s (best of {count} probes, one before every round); \
-         {peak_text}.\n\n",
-        args.threads, args.rounds, args.reps
+         repetitions. {ours_text}llama.cpp is llama-cpp-python 0.3.36 ({}) in a virtualenv \
+         outside the repo. Memory read bandwidth measured in this run: {bw:.1} GB/s (best of \
+         {count} probes, one before every round); {peak_text}.\n\n",
+        args.threads, args.rounds, args.reps, args.peer_build
     );
     for (file, ours, peer) in measured {
         let floors = Floors::of(file, bw, peak)?;
@@ -94,14 +117,27 @@ pub fn run(args: Args) -> Result<()> {
         }));
     }
     if !args.no_report {
-        let key = format!("vs-llamacpp:{}", file_name(&base));
-        let title = format!("CPU engine vs llama.cpp: {}", file_name(&base));
+        let (key, title) = match tier {
+            Some(isa) => (
+                format!("vs-llamacpp:{}:{}", file_name(&base), isa.name()),
+                format!(
+                    "CPU engine vs llama.cpp, {} kernels: {}",
+                    isa.name(),
+                    file_name(&base)
+                ),
+            ),
+            None => (
+                format!("vs-llamacpp:{}", file_name(&base)),
+                format!("CPU engine vs llama.cpp: {}", file_name(&base)),
+            ),
+        };
         bench_report::write_section(&key, &title, &body)?;
     }
     if args.json {
         println!(
             "{}",
             json!({"threads": args.threads, "bandwidth_gbs": bw,
+                "isa": npu_runtime::kernels::detected().name(),
                 "int8_peak_gmacs": peak.map(|p| p / 1e9), "files": results})
         );
     } else {
