@@ -44,6 +44,10 @@ pub struct Args {
     /// `$RAG_MODEL_DIR/repacked` (saves about one model size of disk).
     #[arg(long)]
     pub no_weights_cache: bool,
+    /// KV cache precision: f32 (exact) or f16 (half the cache memory and attention
+    /// bytes per token; llama.cpp's default).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
+    pub kv_cache: String,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -54,6 +58,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.dense = dense;
     opts.threads = a.threads;
     opts.spec = spec;
+    opts.kv_precision = crate::kv_precision(&a.kv_cache)?;
     if a.no_weights_cache {
         opts.weights_cache = WeightsCache::Off;
     }

@@ -27,6 +27,10 @@ pub struct Args {
     /// Do not write the BENCHMARKS.md section.
     #[arg(long)]
     pub no_report: bool,
+    /// KV cache precision: f32 (exact) or f16 (half the cache memory and attention
+    /// bytes per token; llama.cpp's default).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
+    pub kv_cache: String,
     /// `cpu`, or `qnn` (per-block timings of the QNN HTP backend; slow in emulation).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "qnn"])]
     pub backend: String,
@@ -232,11 +236,12 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn session(model: &Arc<Model>) -> Result<Session> {
+fn session(model: &Arc<Model>, kv_cache: &str) -> Result<Session> {
     Ok(Session::new(
         model.clone(),
         SessionOptions {
             kv_capacity: 2048,
+            kv_precision: crate::kv_precision(kv_cache)?,
             ..SessionOptions::default()
         },
     )?)
@@ -256,7 +261,7 @@ pub fn run(args: Args) -> Result<()> {
         anyhow::bail!("the benchmark needs a context of 2048 tokens");
     }
     let toks = bench_tokens(1200, model.vocab_size());
-    let mut s = session(&model)?;
+    let mut s = session(&model, &args.kv_cache)?;
 
     let mut prefill = serde_json::Map::new();
     s.prefill(&toks[..8], 0)?; // warm-up
@@ -327,13 +332,14 @@ pub fn run(args: Args) -> Result<()> {
         m.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0)
     };
     let mut body = format!(
-        "Model `{name}`, {} threads, ISA {isa}, CPU backend, median of {} runs.\n\n\
+        "Model `{name}`, {} threads, ISA {isa}, CPU backend, KV cache {}, median of {} runs.\n\n\
          | prefill T=128 | prefill T=512 | decode @0 | decode @{DEPTH} | peak RSS |\n\
          |---|---|---|---|---|\n\
          | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {rss:.0} MB |\n\n\
          Verify cost at depth {DEPTH} (one forward of N new tokens, the argmax of each row):\n\n\
          | N | ms | ratio to N=1 |\n|---|---|---|\n",
         model.threads(),
+        args.kv_cache,
         args.reps,
         f(&prefill, "128"),
         f(&prefill, "512"),
@@ -344,11 +350,15 @@ pub fn run(args: Args) -> Result<()> {
         body.push_str(&format!("| {n} | {ms:.2} | {r:.2} |\n"));
     }
     if !args.no_report {
-        bench_report::write_section(
-            &format!("model:{name}"),
-            &format!("rag bench model: {name}"),
-            &body,
-        )?;
+        // f32 (the default) keeps the section it always had.
+        let (key, title) = match args.kv_cache.as_str() {
+            "f32" => (format!("model:{name}"), format!("rag bench model: {name}")),
+            kv => (
+                format!("model:{name}:kv-{kv}"),
+                format!("rag bench model: {name}, KV cache {kv}"),
+            ),
+        };
+        bench_report::write_section(&key, &title, &body)?;
     }
     if args.json {
         println!("{out}");

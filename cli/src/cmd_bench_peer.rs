@@ -51,6 +51,9 @@ pub struct Args {
     /// AVX2-only build when comparing with `RAG_ISA=avx2`).
     #[arg(long, default_value = "built from source with GGML_NATIVE")]
     pub peer_build: String,
+    /// Our KV cache precision (llama.cpp's cache is f16 either way).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
+    pub kv_cache: String,
 }
 
 /// The kernel tier this run uses when it is not this CPU's best (`RAG_ISA`), else `None`.
@@ -89,6 +92,10 @@ pub fn run(args: Args) -> Result<()> {
         None => "no int8 SIMD path on this CPU: no int8 peak".to_owned(),
     };
     let tier = forced_tier();
+    let kv_text = match args.kv_cache.as_str() {
+        "f32" => String::new(),
+        kv => format!("Our KV cache is {kv} (`--kv-cache {kv}`). "),
+    };
     let ours_text = match tier {
         Some(isa) => format!(
             "Our engine runs its {} kernels (`RAG_ISA={}`; the CPU has better ones), the peak \
@@ -101,7 +108,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut body = format!(
         "Both engines on the same file with {} threads, back to back: {} alternating rounds \
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
-         repetitions. {ours_text}llama.cpp is llama-cpp-python 0.3.36 ({}) in a virtualenv \
+         repetitions. {ours_text}{kv_text}llama.cpp is llama-cpp-python 0.3.36 ({}) in a virtualenv \
          outside the repo. Memory read bandwidth measured in this run: {bw:.1} GB/s (best of \
          {count} probes, one before every round); {peak_text}.\n\n",
         args.threads, args.rounds, args.reps, args.peer_build
@@ -117,20 +124,17 @@ pub fn run(args: Args) -> Result<()> {
         }));
     }
     if !args.no_report {
-        let (key, title) = match tier {
-            Some(isa) => (
-                format!("vs-llamacpp:{}:{}", file_name(&base), isa.name()),
-                format!(
-                    "CPU engine vs llama.cpp, {} kernels: {}",
-                    isa.name(),
-                    file_name(&base)
-                ),
-            ),
-            None => (
-                format!("vs-llamacpp:{}", file_name(&base)),
-                format!("CPU engine vs llama.cpp: {}", file_name(&base)),
-            ),
-        };
+        // The default run (best kernels, f32 cache) keeps the section it always had.
+        let mut key = format!("vs-llamacpp:{}", file_name(&base));
+        let mut title = format!("CPU engine vs llama.cpp: {}", file_name(&base));
+        if let Some(isa) = tier {
+            key.push_str(&format!(":{}", isa.name()));
+            title.push_str(&format!(", our {} kernels", isa.name()));
+        }
+        if args.kv_cache != "f32" {
+            key.push_str(&format!(":kv-{}", args.kv_cache));
+            title.push_str(&format!(", our KV cache {}", args.kv_cache));
+        }
         bench_report::write_section(&key, &title, &body)?;
     }
     if args.json {
@@ -261,6 +265,7 @@ fn measure_pair(args: &Args, file: &Path, probes: &mut Probes) -> Result<(Value,
         let mut cmd = Command::new(&exe);
         cmd.args(["bench", "model", "--json", "--no-report", "--model"])
             .arg(file)
+            .args(["--kv-cache", &args.kv_cache])
             .args(&common);
         ours = Some(best(ours, run_json(cmd, "rag bench model")?));
         let mut cmd = Command::new(&args.python);

@@ -31,6 +31,10 @@ pub struct Args {
     /// `$RAG_MODEL_DIR/repacked` (saves about one model size of disk).
     #[arg(long)]
     pub no_weights_cache: bool,
+    /// KV cache precision: f32 (exact) or f16 (half the cache memory and attention
+    /// bytes per token; llama.cpp's default).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
+    pub kv_cache: String,
     /// Where the block graphs run: `cpu`, or `qnn` (Qualcomm HTP; on x86-64 the emulator
     /// from `scripts/fetch-model.sh qnn-htp`, slow).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "qnn"])]
@@ -162,6 +166,7 @@ pub fn run(args: Args) -> Result<()> {
             model.clone(),
             SessionOptions {
                 kv_capacity,
+                kv_precision: crate::kv_precision(&args.kv_cache)?,
                 ..SessionOptions::default()
             },
         )?;

@@ -91,3 +91,9 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+/// `--kv-cache` (clap has already limited it to f32 / f16).
+fn kv_precision(s: &str) -> anyhow::Result<npu_runtime::session::KvPrecision> {
+    npu_runtime::session::KvPrecision::parse(s)
+        .ok_or_else(|| anyhow::anyhow!("--kv-cache {s}: expected f32 or f16"))
+}

@@ -3,7 +3,7 @@
 //!
 //! cargo run -p npu-runtime --release --example attn_bench -- \
 //!     [--model 0.5b|1.5b|smollm2] [--depth 1000] [--threads 2] [--ns 1,8,16] [--rounds 20]
-//!     [--flush MB]
+//!     [--flush MB] [--kv f32|f16]
 //!
 //! Reports the minimum and median wall time of a step (all layers) and the f32 FMA rate
 //! (QK plus PV: `2 * N * n_head * keys * head_dim` per layer) against the pool's f32 FMA
@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use npu_runtime::attention::{attention, AttnDims, AttnScratch, BatchMask};
 use npu_runtime::kernels::ThreadPool;
-use npu_runtime::kv_cache::KvCache;
+use npu_runtime::kv_cache::{KvCache, KvPrecision};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -50,7 +50,8 @@ fn main() {
         seed ^= seed << 17;
         (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
     };
-    let mut kv = KvCache::new(n_layer, n_head_kv, hd, cap);
+    let precision = KvPrecision::parse(&arg("--kv", "f32")).expect("--kv: f32 or f16");
+    let mut kv = KvCache::with_precision(n_layer, n_head_kv, hd, cap, precision);
     let (mut k, mut v) = (vec![0f32; kv_dim], vec![0f32; kv_dim]);
     for layer in 0..n_layer {
         for slot in 0..cap {

@@ -6,11 +6,12 @@
 //!     --model ~/.cache/rag/models/qwen2.5-coder-0.5b.gguf --depth 1000 --ns 1,8,16 --reps 10
 //! `--weights-cache DIR` loads through a repacked-weights cache in DIR (`weights_cache`).
 //! `--only N --secs S` loops one size for S seconds (for `perf record`).
+//! `--kv f16` uses a half-float KV cache (default f32).
 //! `--argmax` runs `forward_tree_argmax` (the verify path: argmax per row, no logits);
 //! `--compare-argmax` alternates `forward_tree` and `forward_tree_argmax` rep by rep in
 //! one process and reports both (an A/B that a loaded machine disturbs least).
 
-use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use npu_runtime::session::{KvPrecision, LoadOptions, Model, Session, SessionOptions};
 use npu_runtime::weights_cache::WeightsCache;
 use std::time::Instant;
 
@@ -48,6 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = arg(&args, "--model", &default_model);
     let threads: usize = arg(&args, "--threads", "2").parse()?;
     let depth: usize = arg(&args, "--depth", "1000").parse()?;
+    let kv_precision =
+        KvPrecision::parse(&arg(&args, "--kv", "f32")).ok_or("--kv: expected f32 or f16")?;
     let reps: usize = arg(&args, "--reps", "10").parse()?;
     let ns: Vec<usize> = arg(&args, "--ns", "1,2,4,8,16")
         .split(',')
@@ -79,6 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model.clone(),
         SessionOptions {
             kv_capacity: 2048,
+            kv_precision,
             ..SessionOptions::default()
         },
     )?;

@@ -14,7 +14,7 @@ use crate::error::{Result, RuntimeError};
 use crate::kernels::attn_tiles::scores_tiled_with_isa;
 use crate::kernels::detected;
 use crate::kernels::vector::{axpy_rows_multi_with_isa, softmax_exp_with_isa};
-use crate::kv_cache::KvLayerView;
+use crate::kv_cache::{KvElem, KvLayer, KvLayerView};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -184,6 +184,24 @@ pub fn attention(
     out: &[AtomicU32],
     run: &TaskRunner<'_>,
 ) {
+    match kv {
+        KvLayerView::F32(kv) => attend(q, kv, n_past, mask, dims, scratch, out, run),
+        KvLayerView::F16(kv) => attend(q, kv, n_past, mask, dims, scratch, out, run),
+    }
+}
+
+/// [`attention`] for the cache's element type.
+#[allow(clippy::too_many_arguments)]
+fn attend<T: KvElem>(
+    q: &[f32],
+    kv: KvLayer<'_, T>,
+    n_past: usize,
+    mask: &BatchMask,
+    dims: AttnDims,
+    scratch: &AttnScratch,
+    out: &[AtomicU32],
+    run: &TaskRunner<'_>,
+) {
     let AttnDims {
         n_head,
         n_head_kv,
@@ -332,13 +350,22 @@ fn for_each_run(n_past: usize, visible: &[u16], mut f: impl FnMut(usize, usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_cache::KvCache;
+    use crate::kv_cache::{KvCache, KvPrecision};
 
     fn serial(n: usize, f: &(dyn Fn(usize) + Sync)) {
         (0..n).for_each(f)
     }
 
     use crate::test_rng::uniform as rnd;
+
+    /// Random K or V rows that a half float holds exactly, so f32 and f16 caches store
+    /// the same values (and the f64 references see what the kernels read).
+    fn kv_rnd(seed: &mut u64, n: usize) -> Vec<f32> {
+        rnd(seed, n)
+            .into_iter()
+            .map(|x| half::f16::narrow(x).widen())
+            .collect()
+    }
 
     /// Plain two-pass f64 softmax attention for one query head over explicit key slots.
     fn reference(
@@ -401,13 +428,33 @@ mod tests {
         dims: AttnDims,
         tasks: usize,
     ) -> Vec<f32> {
+        // The rows are half floats (`kv_rnd`), so an f32 and an f16 cache hold the same
+        // values: the two element types' kernels must agree bit for bit.
+        let [a, b] = [KvPrecision::F32, KvPrecision::F16]
+            .map(|p| run_attn_in(p, q, k, v, n_past, mask, dims, tasks));
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b), "f32 and f16 caches disagree");
+        a
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_attn_in(
+        precision: KvPrecision,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        n_past: usize,
+        mask: &BatchMask,
+        dims: AttnDims,
+        tasks: usize,
+    ) -> Vec<f32> {
         let n = mask.n_valid() * dims.n_head * dims.head_dim;
         let out: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
         let group = dims.n_head / dims.n_head_kv;
         // A cache holding exactly the given slots (capacity rarely a multiple of 16).
         let kv_dim = dims.n_head_kv * dims.head_dim;
         let slots = k.len() / kv_dim;
-        let mut kv = KvCache::new(1, dims.n_head_kv, dims.head_dim, slots);
+        let mut kv = KvCache::with_precision(1, dims.n_head_kv, dims.head_dim, slots, precision);
         for (s, (k, v)) in k
             .chunks_exact(kv_dim)
             .zip(v.chunks_exact(kv_dim))
@@ -437,8 +484,8 @@ mod tests {
         let n_past = 37;
         let parents = [-1, 0, 0, 1, -1, 3, 2];
         let n = parents.len();
-        let k = rnd(&mut seed, (n_past + n) * kv_dim);
-        let v = rnd(&mut seed, (n_past + n) * kv_dim);
+        let k = kv_rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = kv_rnd(&mut seed, (n_past + n) * kv_dim);
         let q = rnd(&mut seed, n * qd);
         let mut mask = BatchMask::new(8);
         mask.set_tree(&parents).unwrap();
@@ -488,8 +535,8 @@ mod tests {
         let kv_dim = 48;
         let mut seed = 99;
         let (n_past, n) = (5, 9);
-        let k = rnd(&mut seed, (n_past + n) * kv_dim);
-        let v = rnd(&mut seed, (n_past + n) * kv_dim);
+        let k = kv_rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = kv_rnd(&mut seed, (n_past + n) * kv_dim);
         let q = rnd(&mut seed, n * kv_dim);
         let mut mask = BatchMask::new(16);
         mask.set_causal(n).unwrap();
@@ -525,8 +572,8 @@ mod tests {
         let n_past = 150;
         let parents = [-1, 0, 1, 0, 3, 2, -1, 6, 5, 4, 9, 10, 7, 12, 8, 11, 13, 14];
         let n = parents.len();
-        let k = rnd(&mut seed, (n_past + n) * kv_dim);
-        let v = rnd(&mut seed, (n_past + n) * kv_dim);
+        let k = kv_rnd(&mut seed, (n_past + n) * kv_dim);
+        let v = kv_rnd(&mut seed, (n_past + n) * kv_dim);
         let q = rnd(&mut seed, n * qd);
         let mut mask = BatchMask::new(32);
         mask.set_tree(&parents).unwrap();
@@ -602,8 +649,8 @@ mod tests {
                 _ => (0..n).map(|i| pick(i + 1) as i32 - 1).collect(),
             };
             let mut rs = case as u64 + 100;
-            let k = rnd(&mut rs, (n_past + n) * kv_dim);
-            let v = rnd(&mut rs, (n_past + n) * kv_dim);
+            let k = kv_rnd(&mut rs, (n_past + n) * kv_dim);
+            let v = kv_rnd(&mut rs, (n_past + n) * kv_dim);
             let q = rnd(&mut rs, n * qd);
             let mut mask = BatchMask::new(32);
             mask.set_tree(&parents).unwrap();

@@ -12,9 +12,15 @@
 //! copy beside the tiles cost 50% more KV memory).
 //! Prefill graphs, decode graphs and tree verification all read and write this one
 //! layout, so switching a block between graph kinds needs no relayout (pitfall 8).
-//! f32 keeps cached values exactly what the producing graph computed, which the
-//! graph-equivalence and tree tests rely on; it costs about `2 * n_layer * kv_dim * 4`
-//! bytes per slot (K's last tile is padded to 16 slots).
+//!
+//! Precision ([`KvPrecision`]): f32 by default, so cached values are exactly what the
+//! forward computed (the golden tests' exact-match cases rely on it); or IEEE half, as
+//! llama.cpp's default cache and the HTP graphs (f16 tensors) hold them: half the memory
+//! and half the bytes the attention streams per token (at depth 1000 in f32: 46 MB per
+//! step for SmolLM2, a third of its weights). Either way every forward reads its own new
+//! rows back from the cache after writing them, so all graph kinds and batch shapes see
+//! the same values and stay bit-identical to each other. About
+//! `2 * n_layer * kv_dim * (4 or 2)` bytes per slot (K's last tile is padded to 16 slots).
 //!
 //! Slots `[0, n_past)` are committed. A forward pass writes its new tokens' rows into the
 //! scratch slots `n_past..n_past + n` without moving `n_past`; `commit` then keeps a chosen
@@ -22,6 +28,225 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::kernels::attn_tiles::{tiled_index, TILE};
+use half::f16;
+
+/// How the cache stores K and V.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvPrecision {
+    /// Exactly the f32 values the forward computed.
+    #[default]
+    F32,
+    /// IEEE half floats ([`KvElem::narrow`] for `f16`): half the memory and the attention's
+    /// bytes per token, llama.cpp's default cache type.
+    F16,
+}
+
+impl KvPrecision {
+    /// `f32` or `f16` (any case).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" => Some(KvPrecision::F32),
+            "f16" => Some(KvPrecision::F16),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvPrecision::F32 => "f32",
+            KvPrecision::F16 => "f16",
+        }
+    }
+
+    /// Bytes per stored K or V value.
+    pub fn bytes_per_value(self) -> usize {
+        match self {
+            KvPrecision::F32 => 4,
+            KvPrecision::F16 => 2,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+}
+
+/// An element type the cache stores (`f32` or `half::f16`); the attention kernels are
+/// generic over it and widen on load (exactly).
+pub trait KvElem: Copy + Default + Send + Sync + 'static + sealed::Sealed {
+    /// Half floats: the SIMD kernels widen them with `vcvtph2ps`.
+    const HALF: bool;
+    /// `x` as stored. Half: round to nearest even, finite values beyond the half range
+    /// saturated to ±65504 (an infinity would turn a whole softmax into NaN), NaN kept.
+    fn narrow(x: f32) -> Self;
+    /// The f32 a stored value stands for (exact).
+    fn widen(self) -> f32;
+}
+
+impl KvElem for f32 {
+    const HALF: bool = false;
+    #[inline(always)]
+    fn narrow(x: f32) -> Self {
+        x
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl KvElem for f16 {
+    const HALF: bool = true;
+    #[inline]
+    fn narrow(x: f32) -> Self {
+        f16::from_f32(x.clamp(-65504.0, 65504.0))
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// One layer as the CPU attention reads it: tiled K (KV head `g` starts at
+/// `g * head_stride`) and V per KV head (head `g`'s rows, `head_dim` apart, start at
+/// `g * v_head_stride`), in the cache's element type.
+#[derive(Clone, Copy)]
+pub struct KvLayer<'a, T> {
+    pub k_tiles: &'a [T],
+    pub head_stride: usize,
+    pub v: &'a [T],
+    pub v_head_stride: usize,
+}
+
+/// A layer in whichever precision the cache holds.
+#[derive(Clone, Copy)]
+pub enum KvLayerView<'a> {
+    F32(KvLayer<'a, f32>),
+    F16(KvLayer<'a, f16>),
+}
+
+/// Index arithmetic shared by the storage of both element types.
+#[derive(Clone, Copy)]
+struct Geom {
+    kv_dim: usize,
+    head_dim: usize,
+    /// Elements per KV head in a layer's tiled K.
+    head_stride: usize,
+    /// Elements per KV head in a layer's V.
+    v_head_stride: usize,
+}
+
+/// Every layer's V and tiled K in one element type.
+struct Layers<T> {
+    v: Vec<Vec<T>>,
+    k_tiles: Vec<Vec<T>>,
+}
+
+impl<T: KvElem> Layers<T> {
+    fn new(n_layer: usize, v_len: usize, k_len: usize) -> Self {
+        Layers {
+            v: (0..n_layer).map(|_| vec![T::default(); v_len]).collect(),
+            k_tiles: (0..n_layer).map(|_| vec![T::default(); k_len]).collect(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        let n: usize = self.v.iter().chain(&self.k_tiles).map(Vec::len).sum();
+        n * std::mem::size_of::<T>()
+    }
+
+    fn view(&self, layer: usize, g: Geom) -> KvLayer<'_, T> {
+        KvLayer {
+            k_tiles: &self.k_tiles[layer],
+            head_stride: g.head_stride,
+            v: &self.v[layer],
+            v_head_stride: g.v_head_stride,
+        }
+    }
+
+    fn write(&mut self, g: Geom, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
+        let hd = g.head_dim;
+        for (h, row) in v.chunks_exact(hd).enumerate() {
+            let dst = &mut self.v[layer][h * g.v_head_stride + slot * hd..][..hd];
+            for (d, &x) in dst.iter_mut().zip(row) {
+                *d = T::narrow(x);
+            }
+        }
+        let tiles = &mut self.k_tiles[layer];
+        for (h, row) in k.chunks_exact(hd).enumerate() {
+            let head = &mut tiles[h * g.head_stride..(h + 1) * g.head_stride];
+            for (d, &x) in row.iter().enumerate() {
+                head[tiled_index(slot, d, hd)] = T::narrow(x);
+            }
+        }
+    }
+
+    fn k_rows_into(&self, g: Geom, layer: usize, first: usize, n: usize, out: &mut [f32]) {
+        let (d, hd, hs) = (g.kv_dim, g.head_dim, g.head_stride);
+        let tiles = &self.k_tiles[layer];
+        for h in 0..d / hd {
+            let head = &tiles[h * hs..(h + 1) * hs];
+            // Tile by tile, element-major: the tile is read in order, 16 rows written.
+            let mut s0 = first;
+            while s0 < first + n {
+                let s1 = (s0 / TILE + 1) * TILE;
+                let s1 = s1.min(first + n);
+                for e in 0..hd {
+                    let src = &head[tiled_index(s0, e, hd)..][..s1 - s0];
+                    for (i, &x) in src.iter().enumerate() {
+                        out[(s0 - first + i) * d + h * hd + e] = x.widen();
+                    }
+                }
+                s0 = s1;
+            }
+        }
+    }
+
+    fn v_rows_into(&self, g: Geom, layer: usize, first: usize, out: &mut [f32]) {
+        let (d, hd, vs) = (g.kv_dim, g.head_dim, g.v_head_stride);
+        let v = &self.v[layer];
+        for (i, row) in out.chunks_exact_mut(d).enumerate() {
+            for (h, dst) in row.chunks_exact_mut(hd).enumerate() {
+                let src = &v[h * vs + (first + i) * hd..][..hd];
+                for (o, &x) in dst.iter_mut().zip(src) {
+                    *o = x.widen();
+                }
+            }
+        }
+    }
+
+    /// Copy slot `from`'s K and V rows of every layer to slot `to`.
+    fn move_slot(&mut self, g: Geom, from: usize, to: usize) {
+        let (hd, hs, vs) = (g.head_dim, g.head_stride, g.v_head_stride);
+        for (v, tiles) in self.v.iter_mut().zip(&mut self.k_tiles) {
+            for h in 0..g.kv_dim / hd {
+                let src = h * vs + from * hd;
+                v.copy_within(src..src + hd, h * vs + to * hd);
+                let head = &mut tiles[h * hs..(h + 1) * hs];
+                for e in 0..hd {
+                    head[tiled_index(to, e, hd)] = head[tiled_index(from, e, hd)];
+                }
+            }
+        }
+    }
+}
+
+enum Store {
+    F32(Layers<f32>),
+    F16(Layers<f16>),
+}
+
+/// Runs `$body` with `$l` bound to the storage, whatever its element type.
+macro_rules! with_layers {
+    ($store:expr, $l:ident => $body:expr) => {
+        match $store {
+            Store::F32($l) => $body,
+            Store::F16($l) => $body,
+        }
+    };
+}
 
 pub struct KvCache {
     n_layer: usize,
@@ -29,53 +254,51 @@ pub struct KvCache {
     head_dim: usize,
     capacity: usize,
     n_past: usize,
-    /// Per layer: `[n_head_kv][capacity][head_dim]`.
-    v: Vec<Vec<f32>>,
-    /// Per layer: `[n_head_kv][capacity / 16 rounded up][head_dim][16]` (rows by `tile_row`).
-    k_tiles: Vec<Vec<f32>>,
-}
-
-/// One layer as the CPU attention reads it: tiled K (KV head `g` starts at
-/// `g * head_stride`) and V per KV head (head `g`'s rows, `head_dim` apart, start at
-/// `g * v_head_stride`).
-#[derive(Clone, Copy)]
-pub struct KvLayerView<'a> {
-    pub k_tiles: &'a [f32],
-    pub head_stride: usize,
-    pub v: &'a [f32],
-    pub v_head_stride: usize,
+    precision: KvPrecision,
+    store: Store,
 }
 
 impl KvCache {
+    /// An f32 cache.
     pub fn new(n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> Self {
+        Self::with_precision(n_layer, n_head_kv, head_dim, capacity, KvPrecision::F32)
+    }
+
+    pub fn with_precision(
+        n_layer: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        capacity: usize,
+        precision: KvPrecision,
+    ) -> Self {
         let kv_dim = n_head_kv * head_dim;
-        let tiled = capacity.div_ceil(TILE) * TILE * kv_dim;
+        let (v_len, k_len) = (capacity * kv_dim, capacity.div_ceil(TILE) * TILE * kv_dim);
+        let store = match precision {
+            KvPrecision::F32 => Store::F32(Layers::new(n_layer, v_len, k_len)),
+            KvPrecision::F16 => Store::F16(Layers::new(n_layer, v_len, k_len)),
+        };
         KvCache {
             n_layer,
             kv_dim,
             head_dim,
             capacity,
             n_past: 0,
-            v: (0..n_layer).map(|_| vec![0.0; capacity * kv_dim]).collect(),
-            k_tiles: (0..n_layer).map(|_| vec![0.0; tiled]).collect(),
+            precision,
+            store,
         }
     }
 
-    /// Floats per KV head in a layer's tiled K.
-    fn head_stride(&self) -> usize {
-        self.capacity.div_ceil(TILE) * TILE * self.head_dim
+    fn geom(&self) -> Geom {
+        Geom {
+            kv_dim: self.kv_dim,
+            head_dim: self.head_dim,
+            head_stride: self.capacity.div_ceil(TILE) * TILE * self.head_dim,
+            v_head_stride: self.capacity * self.head_dim,
+        }
     }
 
-    /// Copy one slot's K row into the tiled K of `layer`.
-    fn write_tiled(&mut self, layer: usize, slot: usize, k: &[f32]) {
-        let (hd, hs) = (self.head_dim, self.head_stride());
-        let tiles = &mut self.k_tiles[layer];
-        for (g, row) in k.chunks_exact(hd).enumerate() {
-            let head = &mut tiles[g * hs..(g + 1) * hs];
-            for (d, &x) in row.iter().enumerate() {
-                head[tiled_index(slot, d, hd)] = x;
-            }
-        }
+    pub fn precision(&self) -> KvPrecision {
+        self.precision
     }
 
     pub fn capacity(&self) -> usize {
@@ -97,8 +320,7 @@ impl KvCache {
 
     /// Bytes held by the cache.
     pub fn bytes(&self) -> usize {
-        let tiled: usize = self.k_tiles.iter().map(Vec::len).sum();
-        (self.n_layer * self.capacity * self.kv_dim + tiled) * std::mem::size_of::<f32>()
+        with_layers!(&self.store, l => l.bytes())
     }
 
     /// Free slots after the committed prefix.
@@ -106,28 +328,21 @@ impl KvCache {
         self.capacity - self.n_past
     }
 
-    /// Floats per KV head in a layer's V.
-    fn v_head_stride(&self) -> usize {
-        self.capacity * self.head_dim
-    }
-
-    /// Write one token's K and V rows (`[n_head_kv][head_dim]`) of `layer` into `slot`.
+    /// Write one token's K and V rows (`[n_head_kv][head_dim]`) of `layer` into `slot`
+    /// (as the cache's precision stores them).
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let (hd, vs) = (self.head_dim, self.v_head_stride());
         assert_eq!(v.len(), self.kv_dim, "KvCache::write: one V row");
-        for (g, row) in v.chunks_exact(hd).enumerate() {
-            self.v[layer][g * vs + slot * hd..][..hd].copy_from_slice(row);
-        }
-        self.write_tiled(layer, slot, k);
+        assert_eq!(k.len(), self.kv_dim, "KvCache::write: one K row");
+        let g = self.geom();
+        with_layers!(&mut self.store, l => l.write(g, layer, slot, k, v))
     }
 
     /// `layer` for the CPU attention (all slots; the caller bounds what it reads).
     pub fn layer_view(&self, layer: usize) -> KvLayerView<'_> {
-        KvLayerView {
-            k_tiles: &self.k_tiles[layer],
-            head_stride: self.head_stride(),
-            v: &self.v[layer],
-            v_head_stride: self.v_head_stride(),
+        let g = self.geom();
+        match &self.store {
+            Store::F32(l) => KvLayerView::F32(l.view(layer, g)),
+            Store::F16(l) => KvLayerView::F16(l.view(layer, g)),
         }
     }
 
@@ -144,27 +359,12 @@ impl KvCache {
     }
 
     /// K rows of `layer` for the slots `first..first + out.len() / kv_dim`, copied out of
-    /// the tiles into `out` as `[slot][n_head_kv][head_dim]` (the same floats `write` got).
+    /// the tiles into `out` as `[slot][n_head_kv][head_dim]` (the floats `write` got, as
+    /// stored).
     pub fn k_rows_into(&self, layer: usize, first: usize, out: &mut [f32]) {
-        let (d, hd, hs) = (self.kv_dim, self.head_dim, self.head_stride());
         let n = self.whole_rows("k_rows_into", first, out.len());
-        let tiles = &self.k_tiles[layer];
-        for g in 0..d / hd {
-            let head = &tiles[g * hs..(g + 1) * hs];
-            // Tile by tile, element-major: the tile is read in order, 16 rows written.
-            let mut s0 = first;
-            while s0 < first + n {
-                let s1 = (s0 / TILE + 1) * TILE;
-                let s1 = s1.min(first + n);
-                for e in 0..hd {
-                    let src = &head[tiled_index(s0, e, hd)..][..s1 - s0];
-                    for (i, &x) in src.iter().enumerate() {
-                        out[(s0 - first + i) * d + g * hd + e] = x;
-                    }
-                }
-                s0 = s1;
-            }
-        }
+        let g = self.geom();
+        with_layers!(&self.store, l => l.k_rows_into(g, layer, first, n, out))
     }
 
     /// K rows of `layer`, slots `[0, n_slots)`, as a new buffer (outputs and tests; the
@@ -176,16 +376,11 @@ impl KvCache {
     }
 
     /// V rows of `layer` for the slots `first..first + out.len() / kv_dim`, copied into
-    /// `out` as `[slot][n_head_kv][head_dim]` (the rows `write` got).
+    /// `out` as `[slot][n_head_kv][head_dim]` (the rows `write` got, as stored).
     pub fn v_rows_into(&self, layer: usize, first: usize, out: &mut [f32]) {
-        let (d, hd, vs) = (self.kv_dim, self.head_dim, self.v_head_stride());
         self.whole_rows("v_rows_into", first, out.len());
-        let v = &self.v[layer];
-        for (i, row) in out.chunks_exact_mut(d).enumerate() {
-            for (g, dst) in row.chunks_exact_mut(hd).enumerate() {
-                dst.copy_from_slice(&v[g * vs + (first + i) * hd..][..hd]);
-            }
-        }
+        let g = self.geom();
+        with_layers!(&self.store, l => l.v_rows_into(g, layer, first, out))
     }
 
     /// V rows of `layer`, slots `[0, n_slots)`, as a new buffer (outputs and tests).
@@ -243,22 +438,12 @@ impl KvCache {
                 "path longer than free KV slots".into(),
             ));
         }
-        let base = self.n_past;
-        let (hd, hs, vs) = (self.head_dim, self.head_stride(), self.v_head_stride());
-        for layer in 0..self.n_layer {
-            for (i, &p) in path.iter().enumerate() {
-                // p >= i because the path is strictly increasing, so moving in ascending
-                // order never overwrites a row that is still to be moved.
-                if p != i {
-                    for g in 0..self.kv_dim / hd {
-                        let src = g * vs + (base + p) * hd;
-                        self.v[layer].copy_within(src..src + hd, g * vs + (base + i) * hd);
-                        let head = &mut self.k_tiles[layer][g * hs..(g + 1) * hs];
-                        for e in 0..hd {
-                            head[tiled_index(base + i, e, hd)] = head[tiled_index(base + p, e, hd)];
-                        }
-                    }
-                }
+        let (base, g) = (self.n_past, self.geom());
+        for (i, &p) in path.iter().enumerate() {
+            // p >= i because the path is strictly increasing, so moving in ascending
+            // order never overwrites a row that is still to be moved.
+            if p != i {
+                with_layers!(&mut self.store, l => l.move_slot(g, base + p, base + i));
             }
         }
         self.n_past += path.len();
@@ -286,10 +471,26 @@ mod tests {
         (0..d).map(|i| tag * 100.0 + i as f32).collect()
     }
 
+    const BOTH: [KvPrecision; 2] = [KvPrecision::F32, KvPrecision::F16];
+
+    /// `x` as a cache of `precision` stores it.
+    fn stored(precision: KvPrecision, x: f32) -> f32 {
+        match precision {
+            KvPrecision::F32 => x,
+            KvPrecision::F16 => f16::narrow(x).widen(),
+        }
+    }
+
     #[test]
     fn compact_moves_path_rows_to_contiguous_slots() {
+        for p in BOTH {
+            compact_moves_path_rows(p);
+        }
+    }
+
+    fn compact_moves_path_rows(precision: KvPrecision) {
         let d = 4;
-        let mut kv = KvCache::new(2, 2, 2, 16);
+        let mut kv = KvCache::with_precision(2, 2, 2, 16, precision);
         for s in 0..3 {
             for l in 0..2 {
                 kv.write(l, s, &row(s as f32, d), &row(-(s as f32), d));
@@ -316,12 +517,18 @@ mod tests {
                 assert_eq!(kv.v_row(l, s), row(-tag, d), "V layer {l} slot {s}");
             }
             // The tiles the attention reads hold the same rows (head g, element e of slot s).
-            let view = kv.layer_view(l);
+            let at = |s: usize, x: usize| {
+                let (g, e) = (x / 2, x % 2);
+                match kv.layer_view(l) {
+                    KvLayerView::F32(v) => v.k_tiles[g * v.head_stride + tiled_index(s, e, 2)],
+                    KvLayerView::F16(v) => {
+                        v.k_tiles[g * v.head_stride + tiled_index(s, e, 2)].widen()
+                    }
+                }
+            };
             for (s, &tag) in tags.iter().enumerate() {
                 for (x, want) in row(tag, d).into_iter().enumerate() {
-                    let (g, e) = (x / 2, x % 2);
-                    let got = view.k_tiles[g * view.head_stride + tiled_index(s, e, 2)];
-                    assert_eq!(got, want, "layer {l} slot {s} element {x}");
+                    assert_eq!(at(s, x), want, "layer {l} slot {s} element {x}");
                 }
             }
         }
@@ -329,11 +536,17 @@ mod tests {
 
     #[test]
     fn k_and_v_rows_into_return_the_written_rows_for_any_slot_range() {
+        for p in BOTH {
+            rows_into_return_the_written_rows(p);
+        }
+    }
+
+    fn rows_into_return_the_written_rows(precision: KvPrecision) {
         // Capacity not a multiple of 16, 3 KV heads of 5: ranges start and end inside
         // tiles, span several tiles, and reach the padded last tile.
         let (n_layer, n_head_kv, hd, cap) = (2, 3, 5, 37);
         let d = n_head_kv * hd;
-        let mut kv = KvCache::new(n_layer, n_head_kv, hd, cap);
+        let mut kv = KvCache::with_precision(n_layer, n_head_kv, hd, cap, precision);
         let mut seed = 0x2545_f491_u32;
         let mut rnd = || {
             seed ^= seed << 13;
@@ -341,8 +554,9 @@ mod tests {
             seed ^= seed << 5;
             seed as f32 / u32::MAX as f32 - 0.5
         };
+        // Values the cache holds exactly come back as they were written.
         let rows: Vec<Vec<f32>> = (0..n_layer * cap)
-            .map(|_| (0..d).map(|_| rnd()).collect())
+            .map(|_| (0..d).map(|_| stored(precision, rnd())).collect())
             .collect();
         for l in 0..n_layer {
             for s in 0..cap {
@@ -376,6 +590,47 @@ mod tests {
             let all = kv.k_rows(l, cap);
             assert_eq!(all, rows[l * cap..(l + 1) * cap].concat());
         }
+    }
+
+    /// f16: writes round to nearest even (ties included), saturate beyond the half range,
+    /// keep signed zeros, subnormals and NaN; reads widen exactly. f32 keeps every value.
+    #[test]
+    fn stored_values_are_rounded_half_floats() {
+        let round_as_cached = |x: f32| stored(KvPrecision::F16, x);
+        // 1 + 2^-11 is halfway between 1 and the next half (1 + 2^-10): ties to even (1).
+        let cases: [(f32, f32); 9] = [
+            (1.0, 1.0),
+            (1.0 + 2f32.powi(-11), 1.0),
+            (1.0 + 3.0 * 2f32.powi(-11), 1.0 + 2.0 * 2f32.powi(-10)),
+            (-2.5, -2.5),
+            (1e6, 65504.0),
+            (-1e6, -65504.0),
+            (f32::INFINITY, 65504.0),
+            (2f32.powi(-24), 2f32.powi(-24)),
+            (2f32.powi(-26), 0.0),
+        ];
+        for (x, want) in cases {
+            assert_eq!(round_as_cached(x), want, "{x}");
+        }
+        assert!(round_as_cached(f32::NAN).is_nan());
+        assert_eq!(round_as_cached(-0.0).to_bits(), (-0.0f32).to_bits());
+        let k = [0.1f32, -7.3, 1e6, 3.0];
+        let v = [2.0f32.powi(-20), 0.5, -65519.0, 1.0 / 3.0];
+        for precision in BOTH {
+            let mut kv = KvCache::with_precision(1, 1, 4, 3, precision);
+            kv.write(0, 2, &k, &v);
+            let r = |x: &[f32]| x.iter().map(|&x| stored(precision, x)).collect::<Vec<_>>();
+            assert_eq!(kv.k_row(0, 2), r(&k));
+            assert_eq!(kv.v_row(0, 2), r(&v));
+            // V: 3 slots x 4; K: one padded tile of 16 slots x 4.
+            assert_eq!(kv.bytes(), (3 * 4 + 16 * 4) * precision.bytes_per_value());
+        }
+        assert_eq!(KvPrecision::parse("F16"), Some(KvPrecision::F16));
+        assert_eq!(
+            KvPrecision::parse(KvPrecision::F32.name()),
+            Some(KvPrecision::F32)
+        );
+        assert_eq!(KvPrecision::parse("q8"), None);
     }
 
     #[test]

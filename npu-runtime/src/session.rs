@@ -6,6 +6,7 @@ use crate::backend::{Backend, BlockIo, CpuBackend, CpuGraph, LogitsRows, PAD_TOK
 use crate::error::{Result, RuntimeError};
 use crate::kernels::ThreadPool;
 use crate::kv_cache::KvCache;
+pub use crate::kv_cache::KvPrecision;
 use crate::weights::ModelWeights;
 use crate::weights_cache::{self, CacheOutcome, WeightsCache};
 use graphs::chat::ChatTemplate;
@@ -205,6 +206,9 @@ pub struct SessionOptions {
     pub max_verify: usize,
     /// Number of layer blocks the model is cut into (each compiled separately).
     pub blocks: usize,
+    /// How the KV cache stores K and V (`kv_cache::KvPrecision`: f32 by default, f16 for
+    /// half the cache memory and attention bytes).
+    pub kv_precision: KvPrecision,
 }
 
 impl Default for SessionOptions {
@@ -214,6 +218,7 @@ impl Default for SessionOptions {
             prefill_chunk: graphs::ir::DEFAULT_PREFILL_TOKENS,
             max_verify: 64,
             blocks: 1,
+            kv_precision: KvPrecision::F32,
         }
     }
 }
@@ -290,7 +295,13 @@ impl Session {
         }
         let max_t = opts.prefill_chunk.max(opts.max_verify);
         Ok(Session {
-            kv: KvCache::new(c.n_layer, c.n_head_kv, c.head_dim, opts.kv_capacity),
+            kv: KvCache::with_precision(
+                c.n_layer,
+                c.n_head_kv,
+                c.head_dim,
+                opts.kv_capacity,
+                opts.kv_precision,
+            ),
             mask: BatchMask::new(max_t),
             tokens: vec![PAD_TOKEN; max_t],
             hidden: vec![0.0; max_t * c.n_embd],

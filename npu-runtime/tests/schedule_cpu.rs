@@ -55,6 +55,7 @@ fn every_schedule_gives_the_same_prefill_output() {
             prefill_chunk: 32,
             max_verify: 8,
             blocks: 3,
+            ..SessionOptions::default()
         },
     )
     .unwrap();

@@ -57,7 +57,7 @@ use crate::prompt_head::{self, PromptHead};
 use anyhow::{anyhow, Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
-use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use npu_runtime::session::{KvPrecision, LoadOptions, Model, Session, SessionOptions};
 use npu_runtime::weights_cache::WeightsCache;
 use serde::Serialize;
 use specdec::curve_cache::{self, CurveKey};
@@ -88,6 +88,9 @@ pub struct AssistantOptions {
     pub threads: usize,
     /// KV slots of the generation session (prompt + answer).
     pub kv_capacity: usize,
+    /// How the session's KV cache stores K and V (f32 default; f16 halves its memory and
+    /// the bytes attention reads per token, with llama.cpp's default cache precision).
+    pub kv_precision: KvPrecision,
     /// Speculative decoding mode (output is identical in every mode; only speed differs).
     pub spec: Mode,
     /// Bound of the persistent token database used for drafting.
@@ -120,6 +123,7 @@ impl AssistantOptions {
             dense: true,
             threads: 0,
             kv_capacity: 4096,
+            kv_precision: KvPrecision::F32,
             spec: Mode::Sdnpu,
             token_db_max_tokens: specdec::tokendb::DEFAULT_MAX_TOKENS,
             preload_model: false,
@@ -310,6 +314,7 @@ fn load_model_file(opts: &AssistantOptions) -> Result<LoadedModel> {
         Arc::clone(&model),
         SessionOptions {
             kv_capacity: opts.kv_capacity,
+            kv_precision: opts.kv_precision,
             ..SessionOptions::default()
         },
     )?;
@@ -584,8 +589,15 @@ impl Assistant {
             .and_then(|k| curve_cache::load(&curve_file, k).ok());
         let curve_stored = cached.is_some();
         let head_file = prompt_head::file(&self.opts.index_dir, &stem);
+        // Rows computed with another cache precision would not be what this session's
+        // prefill computes, so the precision is part of the key.
         let head_key = match (&curve_key, self.opts.prompt_head_cache) {
-            (Some(k), true) => Some(format!("{} | {}", k.model_fingerprint, k.engine)),
+            (Some(k), true) => Some(format!(
+                "{} | {} | kv {}",
+                k.model_fingerprint,
+                k.engine,
+                self.opts.kv_precision.name()
+            )),
             _ => None,
         };
         let mut session = session;

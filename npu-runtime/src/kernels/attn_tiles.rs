@@ -5,10 +5,12 @@
 //! broadcast of `q[d]` and one FMA advance 16 (query, key) products at once, with the keys in the lanes and no horizontal fold.
 //! The arithmetic per lane is exactly [`super::vector::dot_f32`]'s canonical order (16
 //! partials by `d mod 16`, each a fused chain; the pairwise fold l+8, l+4, l+2, l+1; the
-//! tail fused in order), so a score has the same bits as before the tiling, whatever
-//! the lane, the number of queries, the batch or the ISA.
+//! tail fused in order) on the keys as the cache holds them (f32, or half floats widened
+//! exactly), so a score has the same bits as `dot_f32` on those keys, whatever the lane,
+//! the number of queries, the batch or the ISA.
 
 use super::simd::Isa;
+use crate::kv_cache::KvElem;
 
 /// Keys per tile.
 pub const TILE: usize = 16;
@@ -43,17 +45,17 @@ pub fn tiled_index(slot: usize, d: usize, hd: usize) -> usize {
 /// (queries, head size, tile, output of the first query at the tile's first key, output
 /// row stride, valid lanes of the tile).
 #[cfg(target_arch = "x86_64")]
-type BlockArgs = (*const f32, usize, *const f32, *mut f32, usize, usize);
+type BlockArgs<T> = (*const f32, usize, *const T, *mut f32, usize, usize);
 
 /// `out[a * out_stride + j] = dot_f32(q_a, K_j)` bit for bit, for the queries
 /// `q_a = q[a * hd..][..hd]` and the keys `j < n_keys` of the tiled K `kt` (one head,
-/// tile 0 first). `kt` must hold every tile that key `n_keys - 1` lies in; lanes past
-/// `n_keys` are computed but not stored.
-pub fn scores_tiled_with_isa(
+/// tile 0 first; half floats widened exactly). `kt` must hold every tile that key
+/// `n_keys - 1` lies in; lanes past `n_keys` are computed but not stored.
+pub fn scores_tiled_with_isa<T: KvElem>(
     isa: Isa,
     q: &[f32],
     hd: usize,
-    kt: &[f32],
+    kt: &[T],
     n_keys: usize,
     out: &mut [f32],
     out_stride: usize,
@@ -77,13 +79,13 @@ pub fn scores_tiled_with_isa(
     );
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && isa.is_supported() {
-        // SAFETY: AVX-512F/FMA present; the query rows, the tiles of every key below
+        // SAFETY: AVX-512F/FMA present (AVX-512F widens halves); the query rows, the tiles of every key below
         // `n_keys` and the output rows hold the extents checked above.
         return unsafe { scores_avx512(q, hd, kt, n_keys, out, out_stride) };
     }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && isa.is_supported() {
-        // SAFETY: the CPU supports AVX2 and FMA (both AVX2 tiers); extents as above.
+        // SAFETY: the CPU supports AVX2, FMA and F16C (both AVX2 tiers); extents as above.
         return unsafe { scores_avx2(q, hd, kt, n_keys, out, out_stride) };
     }
     let _ = isa;
@@ -95,7 +97,14 @@ pub fn scores_tiled_with_isa(
 /// `c_r = (p_r + p_{r+8}) + (p_{r+4} + p_{r+12})`; then `(c_0 + c_2) + (c_1 + c_3)`,
 /// the additions of `dot_finish` in its tree order.
 #[inline(always)]
-fn canon_body(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], stride: usize) {
+fn canon_body<T: KvElem>(
+    q: &[f32],
+    hd: usize,
+    kt: &[T],
+    n_keys: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
     let full = hd - hd % 16;
     for t in 0..n_keys.div_ceil(TILE) {
         let tile = &kt[t * hd * TILE..(t + 1) * hd * TILE];
@@ -110,7 +119,7 @@ fn canon_body(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], 
                         let d = c + r + 4 * i;
                         let (x, row) = (qa[d], &tile[tile_row(d, hd) * TILE..][..TILE]);
                         for k in 0..TILE {
-                            p[k] = x.mul_add(row[k], p[k]);
+                            p[k] = x.mul_add(row[k].widen(), p[k]);
                         }
                     }
                 }
@@ -125,7 +134,7 @@ fn canon_body(q: &[f32], hd: usize, kt: &[f32], n_keys: usize, out: &mut [f32], 
             for d in full..hd {
                 let row = &tile[d * TILE..][..TILE];
                 for k in 0..TILE {
-                    s[k] = qa[d].mul_add(row[k], s[k]);
+                    s[k] = qa[d].mul_add(row[k].widen(), s[k]);
                 }
             }
             out[a * stride + t * TILE..][..lanes].copy_from_slice(&s[..lanes]);
@@ -156,11 +165,11 @@ const PREFETCH_MIN_PASSES: usize = 4;
 /// AVX-512F and FMA; `q` holds whole rows of `hd`, `kt` every tile up to key
 /// `n_keys - 1`, `out` `(n_q - 1) * stride + n_keys` floats.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn scores_avx512(
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn scores_avx512<T: KvElem>(
     q: &[f32],
     hd: usize,
-    kt: &[f32],
+    kt: &[T],
     n_keys: usize,
     out: &mut [f32],
     stride: usize,
@@ -168,10 +177,10 @@ unsafe fn scores_avx512(
     // SAFETY: the contract above; each pass gets at most `QUERIES_PER_PASS` queries.
     unsafe {
         tile_passes(q, hd, kt, n_keys, out, stride, |qb, args| match qb {
-            4 => canon_quarters_avx512::<4>(args),
-            3 => canon_quarters_avx512::<3>(args),
-            2 => canon_quarters_avx512::<2>(args),
-            _ => canon_quarters_avx512::<1>(args),
+            4 => canon_quarters_avx512::<T, 4>(args),
+            3 => canon_quarters_avx512::<T, 3>(args),
+            2 => canon_quarters_avx512::<T, 2>(args),
+            _ => canon_quarters_avx512::<T, 1>(args),
         })
     }
 }
@@ -180,13 +189,13 @@ unsafe fn scores_avx512(
 /// (16 ymm registers hold 4 partials for [`QUERIES_PER_PASS_AVX2`] queries, not for 4).
 ///
 /// # Safety
-/// AVX2 and FMA; extents as [`scores_avx512`].
+/// AVX2, FMA and F16C; extents as [`scores_avx512`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn scores_avx2(
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_avx2<T: KvElem>(
     q: &[f32],
     hd: usize,
-    kt: &[f32],
+    kt: &[T],
     n_keys: usize,
     out: &mut [f32],
     stride: usize,
@@ -202,8 +211,8 @@ unsafe fn scores_avx2(
                 let args = (q.add(a * hd), hd, tile, out.add(a * stride), stride, lanes);
                 for half in 0..2 {
                     match n {
-                        2 => canon_quarters_avx2::<2>(args, half),
-                        _ => canon_quarters_avx2::<1>(args, half),
+                        2 => canon_quarters_avx2::<T, 2>(args, half),
+                        _ => canon_quarters_avx2::<T, 1>(args, half),
                     }
                 }
                 a += n;
@@ -225,14 +234,14 @@ const QUERIES_PER_PASS_AVX2: usize = 2;
 /// one tile with the given arguments.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn tile_passes(
+unsafe fn tile_passes<T: KvElem>(
     q: &[f32],
     hd: usize,
-    kt: &[f32],
+    kt: &[T],
     n_keys: usize,
     out: &mut [f32],
     stride: usize,
-    pass_fn: impl Fn(usize, BlockArgs),
+    pass_fn: impl Fn(usize, BlockArgs<T>),
 ) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     let n_q = q.len() / hd;
@@ -285,9 +294,9 @@ unsafe fn tile_passes(
 /// AVX-512F and FMA; `QB` query rows of `hd` at `q`, one tile at `tile`, `QB` output rows
 /// at `stride` with `lanes` (1..=16) writable floats each.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn canon_quarters_avx512<const QB: usize>(args: BlockArgs) {
+unsafe fn canon_quarters_avx512<T: KvElem, const QB: usize>(args: BlockArgs<T>) {
     use std::arch::x86_64::*;
     let (q, hd, tile, out, stride, lanes) = args;
     let full = hd - hd % 16;
@@ -307,7 +316,7 @@ unsafe fn canon_quarters_avx512<const QB: usize>(args: BlockArgs) {
             while c < full {
                 for i in 0..4 {
                     let d = c + r + 4 * i;
-                    let k = _mm512_loadu_ps(rows.add((c / 4 + i) * TILE));
+                    let k = row16(rows.add((c / 4 + i) * TILE));
                     for (a, p) in p.iter_mut().enumerate() {
                         p[i] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, p[i]);
                     }
@@ -331,10 +340,48 @@ unsafe fn canon_quarters_avx512<const QB: usize>(args: BlockArgs) {
         };
         for (a, s) in s.iter_mut().enumerate() {
             for d in full..hd {
-                let k = _mm512_loadu_ps(tile.add(d * TILE));
+                let k = row16(tile.add(d * TILE));
                 *s = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(a * hd + d)), k, *s);
             }
             _mm512_mask_storeu_ps(out.add(a * stride), mask, *s);
+        }
+    }
+}
+
+/// 16 floats from `p` (f32, or half floats widened exactly).
+///
+/// # Safety
+/// AVX-512F; 16 elements readable at `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,f16c")]
+#[inline]
+pub(crate) unsafe fn row16<T: KvElem>(p: *const T) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's 16 elements (32 or 64 bytes), unaligned loads.
+    unsafe {
+        if T::HALF {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
+        } else {
+            _mm512_loadu_ps(p.cast())
+        }
+    }
+}
+
+/// 8 floats from `p` (f32, or half floats widened exactly).
+///
+/// # Safety
+/// AVX and F16C; 8 elements readable at `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(crate) unsafe fn row8<T: KvElem>(p: *const T) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's 8 elements (16 or 32 bytes), unaligned loads.
+    unsafe {
+        if T::HALF {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+        } else {
+            _mm256_loadu_ps(p.cast())
         }
     }
 }
@@ -343,12 +390,12 @@ unsafe fn canon_quarters_avx512<const QB: usize>(args: BlockArgs) {
 /// additions per lane in the same order.
 ///
 /// # Safety
-/// AVX2 and FMA; `QB` query rows of `hd` at `q`, one tile at `tile`, `QB` output rows at
-/// `stride` with `lanes` (1..=16) writable floats each.
+/// AVX2, FMA and F16C; `QB` query rows of `hd` at `q`, one tile at `tile`, `QB` output
+/// rows at `stride` with `lanes` (1..=16) writable floats each.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn canon_quarters_avx2<const QB: usize>(args: BlockArgs, half: usize) {
+unsafe fn canon_quarters_avx2<T: KvElem, const QB: usize>(args: BlockArgs<T>, half: usize) {
     use std::arch::x86_64::*;
     let (q, hd, tile, out, stride, lanes) = args;
     let n = lanes.saturating_sub(8 * half).min(8);
@@ -370,7 +417,7 @@ unsafe fn canon_quarters_avx2<const QB: usize>(args: BlockArgs, half: usize) {
             while c < full {
                 for i in 0..4 {
                     let d = c + r + 4 * i;
-                    let k = _mm256_loadu_ps(rows.add((c / 4 + i) * TILE));
+                    let k = row8(rows.add((c / 4 + i) * TILE));
                     for (a, p) in p.iter_mut().enumerate() {
                         p[i] = _mm256_fmadd_ps(_mm256_set1_ps(*q.add(a * hd + d)), k, p[i]);
                     }
@@ -394,7 +441,7 @@ unsafe fn canon_quarters_avx2<const QB: usize>(args: BlockArgs, half: usize) {
         );
         for (a, s) in s.iter_mut().enumerate() {
             for d in full..hd {
-                let k = _mm256_loadu_ps(tile.add(d * TILE));
+                let k = row8(tile.add(d * TILE));
                 *s = _mm256_fmadd_ps(_mm256_set1_ps(*q.add(a * hd + d)), k, *s);
             }
             _mm256_maskstore_ps(out.add(a * stride + 8 * half), mask, *s);
@@ -407,16 +454,17 @@ mod tests {
     use super::*;
     use crate::test_rng::uniform as rnd;
 
-    /// Row-major keys `[n][hd]` into one head's tiles (zero padding past `n`).
-    fn tile(keys: &[f32], hd: usize) -> Vec<f32> {
+    /// Row-major keys `[n][hd]` into one head's tiles (zero padding past `n`), and the
+    /// keys as the tiles hold them.
+    fn tile<T: KvElem>(keys: &[f32], hd: usize) -> (Vec<T>, Vec<f32>) {
         let n = keys.len() / hd;
-        let mut t = vec![0.0; n.div_ceil(TILE) * TILE * hd];
+        let mut t = vec![T::default(); n.div_ceil(TILE) * TILE * hd];
         for (j, row) in keys.chunks_exact(hd).enumerate() {
             for (d, &x) in row.iter().enumerate() {
-                t[tiled_index(j, d, hd)] = x;
+                t[tiled_index(j, d, hd)] = T::narrow(x);
             }
         }
-        t
+        (t, keys.iter().map(|&x| T::narrow(x).widen()).collect())
     }
 
     /// The tile rows are a permutation of `0..hd` (no element lost or shared), and each
@@ -439,11 +487,17 @@ mod tests {
         }
     }
 
-    /// Every ISA equals `dot_f32` (portable) bit for bit, for query counts 1..9 (whole
-    /// passes of 4 and every remainder), key counts with partial tiles, head sizes 64 and
-    /// 128 and ones with a tail; output outside `[0, n_keys)` of each row is left alone.
+    /// Every ISA equals `dot_f32` (portable) on the keys as stored, bit for bit, for f32
+    /// and half-float tiles, query counts 1..9 (whole passes of 4 and every remainder), key
+    /// counts with partial tiles, head sizes 64 and 128 and ones with a tail; output
+    /// outside `[0, n_keys)` of each row is left alone.
     #[test]
     fn tiled_scores_equal_dot_f32_on_every_isa() {
+        tiled_scores_equal_dot_f32::<f32>();
+        tiled_scores_equal_dot_f32::<half::f16>();
+    }
+
+    fn tiled_scores_equal_dot_f32<T: KvElem>() {
         use crate::kernels::vector::dot_f32_with_isa;
         let mut seed = 12;
         for (hd, n_q, n_keys) in [
@@ -456,8 +510,7 @@ mod tests {
             (128, 8, 50),
         ] {
             let q = rnd(&mut seed, n_q * hd);
-            let keys = rnd(&mut seed, n_keys * hd);
-            let kt = tile(&keys, hd);
+            let (kt, keys) = tile::<T>(&rnd(&mut seed, n_keys * hd), hd);
             let stride = n_keys + 3;
             let want: Vec<u32> = (0..n_q)
                 .flat_map(|a| {
@@ -477,7 +530,11 @@ mod tests {
                 let mut out = vec![7f32; n_q * stride];
                 scores_tiled_with_isa(isa, &q, hd, &kt, n_keys, &mut out, stride);
                 let got: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
-                assert_eq!(got, want, "{isa:?} hd={hd} n_q={n_q} n_keys={n_keys}");
+                let half = T::HALF;
+                assert_eq!(
+                    got, want,
+                    "{isa:?} half {half} hd={hd} n_q={n_q} n_keys={n_keys}"
+                );
             }
         }
     }

@@ -1,7 +1,11 @@
 //! Small f32 vector helpers with a fixed, documented reduction order, so a
-//! value never depends on batch size, thread count or ISA.
+//! value never depends on batch size, thread count or ISA. The attention's weighted
+//! sums read V as the KV cache stores it (f32, or half floats widened exactly).
 
+#[cfg(target_arch = "x86_64")]
+use super::attn_tiles::{row16, row8};
 use super::simd::{detected, Isa};
+use crate::kv_cache::KvElem;
 
 /// Dot product. Canonical order: 16 partial sums, partial `l` accumulating
 /// elements `i ≡ l (mod 16)` of the full 16-chunks with fused multiply-add;
@@ -64,14 +68,21 @@ fn dot_finish(mut acc: [f32; 16], ta: &[f32], tb: &[f32]) -> f32 {
     s
 }
 
-/// `acc[d] += w[j] * rows[j * stride + d]` for `j` ascending, fused: the same bits as
-/// calling [`axpy`] once per row in order, dispatched once for all rows.
-pub fn axpy_rows(w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+/// `acc[d] += w[j] * rows[j * stride + d]` for `j` ascending, fused (half-float rows
+/// widened exactly): the same bits as calling [`axpy`] once per (widened) row in order,
+/// dispatched once for all rows.
+pub fn axpy_rows<T: KvElem>(w: &[f32], rows: &[T], stride: usize, acc: &mut [f32]) {
     axpy_rows_with_isa(detected(), w, rows, stride, acc)
 }
 
 /// [`axpy_rows`] compiled for a given ISA (portable if this CPU lacks it).
-pub fn axpy_rows_with_isa(isa: Isa, w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+pub fn axpy_rows_with_isa<T: KvElem>(
+    isa: Isa,
+    w: &[f32],
+    rows: &[T],
+    stride: usize,
+    acc: &mut [f32],
+) {
     if let Some(last) = w.len().checked_sub(1) {
         assert!(
             last * stride + acc.len() <= rows.len(),
@@ -82,11 +93,12 @@ pub fn axpy_rows_with_isa(isa: Isa, w: &[f32], rows: &[f32], stride: usize, acc:
     if isa == Isa::Avx512Vnni && isa.is_supported() && !w.is_empty() && !acc.is_empty() {
         let (n, len) = (w.len(), acc.len());
         // SAFETY: the CPU supports AVX-512F, AVX2 and FMA; bounds were checked above.
-        return unsafe { axpy_multi_avx512::<1>(w, n, n, rows, stride, acc, len, 0) };
+        return unsafe { axpy_multi_avx512::<T, 1>(w, n, n, rows, stride, acc, len, 0) };
     }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && isa.is_supported() {
-        // SAFETY: the CPU supports AVX2 and FMA (every non-portable ISA implies them).
+        // SAFETY: the CPU supports AVX2, FMA and F16C (every non-portable ISA implies
+        // them).
         return unsafe { axpy_rows_fma(w, rows, stride, acc) };
     }
     let _ = isa;
@@ -94,37 +106,37 @@ pub fn axpy_rows_with_isa(isa: Isa, w: &[f32], rows: &[f32], stride: usize, acc:
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn axpy_rows_fma(w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+#[target_feature(enable = "avx2,fma,f16c")]
+fn axpy_rows_fma<T: KvElem>(w: &[f32], rows: &[T], stride: usize, acc: &mut [f32]) {
     axpy_rows_body(w, rows, stride, acc)
 }
 
 /// Column blocks outer, rows inner, so each block's accumulator stays in registers;
 /// every element still sees the rows' fused multiply-adds in ascending order.
 #[inline(always)]
-fn axpy_rows_body(w: &[f32], rows: &[f32], stride: usize, acc: &mut [f32]) {
+fn axpy_rows_body<T: KvElem>(w: &[f32], rows: &[T], stride: usize, acc: &mut [f32]) {
     let mut c = 0;
     while c + 64 <= acc.len() {
-        axpy_rows_block::<64>(w, rows, stride, c, acc);
+        axpy_rows_block::<T, 64>(w, rows, stride, c, acc);
         c += 64;
     }
     while c + 16 <= acc.len() {
-        axpy_rows_block::<16>(w, rows, stride, c, acc);
+        axpy_rows_block::<T, 16>(w, rows, stride, c, acc);
         c += 16;
     }
     for d in c..acc.len() {
         let mut a = acc[d];
         for (j, &wj) in w.iter().enumerate() {
-            a = wj.mul_add(rows[j * stride + d], a);
+            a = wj.mul_add(rows[j * stride + d].widen(), a);
         }
         acc[d] = a;
     }
 }
 
 #[inline(always)]
-fn axpy_rows_block<const B: usize>(
+fn axpy_rows_block<T: KvElem, const B: usize>(
     w: &[f32],
-    rows: &[f32],
+    rows: &[T],
     stride: usize,
     c: usize,
     acc: &mut [f32],
@@ -134,7 +146,7 @@ fn axpy_rows_block<const B: usize>(
     for (j, &wj) in w.iter().enumerate() {
         let x = &rows[j * stride + c..][..B];
         for l in 0..B {
-            a[l] = wj.mul_add(x[l], a[l]);
+            a[l] = wj.mul_add(x[l].widen(), a[l]);
         }
     }
     acc[c..c + B].copy_from_slice(&a);
@@ -177,19 +189,19 @@ impl MultiShape {
 
 /// Multi-query form of [`axpy_rows`]: for every query `a < n_q`,
 /// `acc[a * len + d] += w[a * w_stride + j] * rows[j * stride + d]`, rows `j < n_rows`
-/// ascending, fused. Each row is loaded once for up to four queries. Bits equal
-/// [`axpy_rows`] per query.
+/// ascending, fused (half-float rows widened exactly). Each row is loaded once for up to
+/// four queries. Bits equal [`axpy_rows`] per query.
 ///
 /// `prefetch_rows > 0`: while the first queries pass over row `j`, the SIMD kernels
 /// prefetch row `j + prefetch_rows` (a hint; rows past the slice are never read), so a
 /// caller walking a long run of rows in chunks has the next chunk on its way.
 #[allow(clippy::too_many_arguments)]
-pub fn axpy_rows_multi_with_isa(
+pub fn axpy_rows_multi_with_isa<T: KvElem>(
     isa: Isa,
     w: &[f32],
     w_stride: usize,
     n_rows: usize,
-    rows: &[f32],
+    rows: &[T],
     stride: usize,
     acc: &mut [f32],
     len: usize,
@@ -216,10 +228,10 @@ pub fn axpy_rows_multi_with_isa(
             // the `h` queries starting at `a0`.
             unsafe {
                 match h {
-                    4 => axpy_multi_avx512::<4>(w, w_stride, n_rows, rows, stride, acc, len, pf),
-                    3 => axpy_multi_avx512::<3>(w, w_stride, n_rows, rows, stride, acc, len, pf),
-                    2 => axpy_multi_avx512::<2>(w, w_stride, n_rows, rows, stride, acc, len, pf),
-                    _ => axpy_multi_avx512::<1>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    4 => axpy_multi_avx512::<T, 4>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    3 => axpy_multi_avx512::<T, 3>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    2 => axpy_multi_avx512::<T, 2>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    _ => axpy_multi_avx512::<T, 1>(w, w_stride, n_rows, rows, stride, acc, len, pf),
                 }
             }
             a0 += h;
@@ -233,12 +245,12 @@ pub fn axpy_rows_multi_with_isa(
             let h = (n_q - a0).min(2);
             let (w, acc) = (&w[a0 * w_stride..], &mut acc[a0 * len..(a0 + h) * len]);
             let pf = if a0 == 0 { prefetch_rows } else { 0 };
-            // SAFETY: the CPU supports AVX2 and FMA; the bounds checked above cover the
-            // `h` queries starting at `a0`.
+            // SAFETY: the CPU supports AVX2, FMA and F16C; the bounds checked above cover
+            // the `h` queries starting at `a0`.
             unsafe {
                 match h {
-                    2 => axpy_multi_avx2::<2>(w, w_stride, n_rows, rows, stride, acc, len, pf),
-                    _ => axpy_multi_avx2::<1>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    2 => axpy_multi_avx2::<T, 2>(w, w_stride, n_rows, rows, stride, acc, len, pf),
+                    _ => axpy_multi_avx2::<T, 1>(w, w_stride, n_rows, rows, stride, acc, len, pf),
                 }
             }
             a0 += h;
@@ -253,13 +265,13 @@ pub fn axpy_rows_multi_with_isa(
 /// [`axpy_multi_avx512`] on 256 bits: column blocks of 32 (then 8, then scalar), `H`
 /// queries per row load (16 ymm registers: 2 queries x 4 vectors of accumulators).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn axpy_multi_avx2<const H: usize>(
+unsafe fn axpy_multi_avx2<T: KvElem, const H: usize>(
     w: &[f32],
     w_stride: usize,
     n_rows: usize,
-    rows: &[f32],
+    rows: &[T],
     stride: usize,
     acc: &mut [f32],
     len: usize,
@@ -282,7 +294,8 @@ unsafe fn axpy_multi_avx2<const H: usize>(
             for j in 0..n_rows {
                 let base = rows.as_ptr().add(j * stride + c);
                 if pf > 0 {
-                    prefetch_row(base.wrapping_add(pf * stride), nv);
+                    let bytes = 8 * nv * std::mem::size_of::<T>();
+                    prefetch_lines(base.wrapping_add(pf * stride).cast(), bytes);
                 }
                 let mut wb = [_mm256_setzero_ps(); H];
                 for (a, wb) in wb.iter_mut().enumerate() {
@@ -290,13 +303,13 @@ unsafe fn axpy_multi_avx2<const H: usize>(
                 }
                 if nv == 4 {
                     for t in 0..4 {
-                        let v = _mm256_loadu_ps(base.add(8 * t));
+                        let v = row8(base.add(8 * t));
                         for (r, wb) in r.iter_mut().zip(&wb) {
                             r[t] = _mm256_fmadd_ps(*wb, v, r[t]);
                         }
                     }
                 } else {
-                    let v = _mm256_loadu_ps(base);
+                    let v = row8(base);
                     for (r, wb) in r.iter_mut().zip(&wb) {
                         r[0] = _mm256_fmadd_ps(*wb, v, r[0]);
                     }
@@ -314,7 +327,7 @@ unsafe fn axpy_multi_avx2<const H: usize>(
         for d in c..len {
             let mut s = acc[a * len + d];
             for j in 0..n_rows {
-                s = w[a * w_stride + j].mul_add(rows[j * stride + d], s);
+                s = w[a * w_stride + j].mul_add(rows[j * stride + d].widen(), s);
             }
             acc[a * len + d] = s;
         }
@@ -325,13 +338,13 @@ unsafe fn axpy_multi_avx2<const H: usize>(
 /// loaded once and fused into each query's accumulators, which stay in registers. With
 /// `pf > 0` each block also prefetches its columns of the row `pf` rows ahead.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn axpy_multi_avx512<const H: usize>(
+unsafe fn axpy_multi_avx512<T: KvElem, const H: usize>(
     w: &[f32],
     w_stride: usize,
     n_rows: usize,
-    rows: &[f32],
+    rows: &[T],
     stride: usize,
     acc: &mut [f32],
     len: usize,
@@ -340,19 +353,19 @@ unsafe fn axpy_multi_avx512<const H: usize>(
     let mut c = 0;
     while c + 64 <= len {
         // SAFETY: forwarded caller contract; c + 64 <= len.
-        unsafe { axpy_multi_block::<H, 4>(w, w_stride, n_rows, rows, stride, acc, len, c, pf) };
+        unsafe { axpy_multi_block::<T, H, 4>(w, w_stride, n_rows, rows, stride, acc, len, c, pf) };
         c += 64;
     }
     while c + 16 <= len {
         // SAFETY: forwarded caller contract; c + 16 <= len.
-        unsafe { axpy_multi_block::<H, 1>(w, w_stride, n_rows, rows, stride, acc, len, c, pf) };
+        unsafe { axpy_multi_block::<T, H, 1>(w, w_stride, n_rows, rows, stride, acc, len, c, pf) };
         c += 16;
     }
     for a in 0..H {
         for d in c..len {
             let mut s = acc[a * len + d];
             for j in 0..n_rows {
-                s = w[a * w_stride + j].mul_add(rows[j * stride + d], s);
+                s = w[a * w_stride + j].mul_add(rows[j * stride + d].widen(), s);
             }
             acc[a * len + d] = s;
         }
@@ -363,13 +376,13 @@ unsafe fn axpy_multi_avx512<const H: usize>(
 /// AVX-512F and FMA; `c + 16 * NV <= len`, `acc` holds `H` rows of `len`, `w` holds
 /// `(H - 1) * w_stride + n_rows` floats and `rows` `(n_rows - 1) * stride + len`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn axpy_multi_block<const H: usize, const NV: usize>(
+unsafe fn axpy_multi_block<T: KvElem, const H: usize, const NV: usize>(
     w: &[f32],
     w_stride: usize,
     n_rows: usize,
-    rows: &[f32],
+    rows: &[T],
     stride: usize,
     acc: &mut [f32],
     len: usize,
@@ -390,11 +403,12 @@ unsafe fn axpy_multi_block<const H: usize, const NV: usize>(
         for j in 0..n_rows {
             let base = rows.as_ptr().add(j * stride + c);
             if pf > 0 {
-                prefetch_row(base.wrapping_add(pf * stride), NV * 2);
+                let bytes = 16 * NV * std::mem::size_of::<T>();
+                prefetch_lines(base.wrapping_add(pf * stride).cast(), bytes);
             }
             let mut v = [_mm512_setzero_ps(); NV];
             for (t, v) in v.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(base.add(16 * t));
+                *v = row16(base.add(16 * t));
             }
             for (a, r) in r.iter_mut().enumerate() {
                 let wb = _mm512_set1_ps(*w.get_unchecked(a * w_stride + j));
@@ -411,15 +425,15 @@ unsafe fn axpy_multi_block<const H: usize, const NV: usize>(
     }
 }
 
-/// Prefetches `halves` 32-byte halves of lines from `at`, one hint per 64-byte line.
+/// Prefetches the `bytes` from `at`, one hint per 64-byte step.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn prefetch_row(at: *const f32, halves: usize) {
+fn prefetch_lines(at: *const i8, bytes: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    for t in 0..halves.div_ceil(2) {
+    for t in 0..bytes.div_ceil(64) {
         // SAFETY: a prefetch is a hint that cannot fault, whatever the address (hence
         // the caller's `wrapping_add`).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(16 * t).cast()) }
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * t)) }
     }
 }
 
@@ -763,8 +777,20 @@ mod tests {
 
     use crate::test_rng::uniform as rnd;
 
+    /// Rows as the KV cache stores them in element type `T`: the values as stored (for
+    /// the references) and the stored elements (for the kernels).
+    fn cached_rows<T: KvElem>(x: Vec<f32>) -> (Vec<f32>, Vec<T>) {
+        let stored: Vec<T> = x.iter().map(|&v| T::narrow(v)).collect();
+        (stored.iter().map(|&h| h.widen()).collect(), stored)
+    }
+
     #[test]
     fn axpy_rows_equals_sequential_axpy_on_every_isa() {
+        axpy_rows_equals_sequential_axpy::<f32>();
+        axpy_rows_equals_sequential_axpy::<half::f16>();
+    }
+
+    fn axpy_rows_equals_sequential_axpy<T: KvElem>() {
         let mut seed = 5;
         for (len, stride, n) in [
             (64usize, 128usize, 37usize),
@@ -773,7 +799,7 @@ mod tests {
             (64, 64, 0),
         ] {
             let w = rnd(&mut seed, n);
-            let rows = rnd(&mut seed, n.max(1) * stride);
+            let (rows, stored) = cached_rows::<T>(rnd(&mut seed, n.max(1) * stride));
             let init = rnd(&mut seed, len);
             // Scalar reference: one fused multiply-add per element, rows in order.
             let mut want = init.clone();
@@ -793,15 +819,20 @@ mod tests {
             );
             for isa in Isa::available() {
                 let mut acc = init.clone();
-                axpy_rows_with_isa(isa, &w, &rows, stride, &mut acc);
+                axpy_rows_with_isa(isa, &w, &stored, stride, &mut acc);
                 let got: Vec<u32> = acc.iter().map(|x| x.to_bits()).collect();
-                assert_eq!(got, want, "{isa:?} len={len} n={n}");
+                assert_eq!(got, want, "{isa:?} half {} len={len} n={n}", T::HALF);
             }
         }
     }
 
     #[test]
     fn axpy_rows_multi_equals_sequential_fma_on_every_isa() {
+        axpy_rows_multi_equals_sequential_fma::<f32>();
+        axpy_rows_multi_equals_sequential_fma::<half::f16>();
+    }
+
+    fn axpy_rows_multi_equals_sequential_fma<T: KvElem>() {
         let mut seed = 13;
         for case in 0..40 {
             let len = [64usize, 16, 20, 80, 128, 3][case % 6];
@@ -810,7 +841,7 @@ mod tests {
             let n_rows = [1usize, 2, 16, 37, 100][case % 5];
             let w_stride = n_rows + case % 5;
             let w = rnd(&mut seed, (n_q - 1) * w_stride + n_rows);
-            let rows = rnd(&mut seed, (n_rows - 1) * stride + len);
+            let (rows, stored) = cached_rows::<T>(rnd(&mut seed, (n_rows - 1) * stride + len));
             let init = rnd(&mut seed, n_q * len);
             let mut want = init.clone();
             for a in 0..n_q {
@@ -826,10 +857,15 @@ mod tests {
             for isa in Isa::available() {
                 let mut acc = init.clone();
                 axpy_rows_multi_with_isa(
-                    isa, &w, w_stride, n_rows, &rows, stride, &mut acc, len, pf,
+                    isa, &w, w_stride, n_rows, &stored, stride, &mut acc, len, pf,
                 );
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&acc), bits(&want), "{isa:?} case {case}");
+                assert_eq!(
+                    bits(&acc),
+                    bits(&want),
+                    "{isa:?} half {} case {case}",
+                    T::HALF
+                );
             }
         }
     }
