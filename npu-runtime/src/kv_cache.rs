@@ -83,6 +83,9 @@ pub trait KvElem: Copy + Default + Send + Sync + 'static + sealed::Sealed {
     fn narrow(x: f32) -> Self;
     /// The f32 a stored value stands for (exact).
     fn widen(self) -> f32;
+    /// `n` zeros from zeroed memory, so the pages stay unmapped until slots are written
+    /// (a 4096-slot cache costs nothing for a short conversation).
+    fn zeros(n: usize) -> Vec<Self>;
 }
 
 impl KvElem for f32 {
@@ -95,6 +98,9 @@ impl KvElem for f32 {
     fn widen(self) -> f32 {
         self
     }
+    fn zeros(n: usize) -> Vec<Self> {
+        vec![0.0; n]
+    }
 }
 
 impl KvElem for f16 {
@@ -106,6 +112,12 @@ impl KvElem for f16 {
     #[inline(always)]
     fn widen(self) -> f32 {
         self.to_f32()
+    }
+    fn zeros(n: usize) -> Vec<Self> {
+        // `vec![f16::ZERO; n]` writes every element (only primitive zeros get zeroed
+        // memory); the bits' vector does not, and is the same allocation reinterpreted.
+        use half::vec::HalfBitsVecExt;
+        vec![0u16; n].reinterpret_into()
     }
 }
 
@@ -147,8 +159,8 @@ struct Layers<T> {
 impl<T: KvElem> Layers<T> {
     fn new(n_layer: usize, v_len: usize, k_len: usize) -> Self {
         Layers {
-            v: (0..n_layer).map(|_| vec![T::default(); v_len]).collect(),
-            k_tiles: (0..n_layer).map(|_| vec![T::default(); k_len]).collect(),
+            v: (0..n_layer).map(|_| T::zeros(v_len)).collect(),
+            k_tiles: (0..n_layer).map(|_| T::zeros(k_len)).collect(),
         }
     }
 
