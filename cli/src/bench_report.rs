@@ -60,10 +60,25 @@ pub fn utc_now() -> String {
     )
 }
 
-/// The command line as typed, for reproduction notes.
+/// The command line as typed, for reproduction notes: arguments with spaces quoted, and a
+/// `RAG_ISA` setting (it picks the kernels) in front.
 pub fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    format!("rag {}", args.join(" "))
+    let env = std::env::var("RAG_ISA")
+        .ok()
+        .map(|v| format!("RAG_ISA={v} "));
+    shown_command(env.as_deref().unwrap_or(""), &args)
+}
+
+fn shown_command(env: &str, args: &[String]) -> String {
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| match a.contains(' ') {
+            true => format!("\"{a}\""),
+            false => a.clone(),
+        })
+        .collect();
+    format!("{env}rag {}", quoted.join(" "))
 }
 
 /// Replace (or append) the section `key` of BENCHMARKS.md in the current directory with
@@ -93,6 +108,22 @@ pub fn write_section_in(path: &Path, key: &str, title: &str, body: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_command_quotes_spaced_arguments_and_keeps_the_isa() {
+        let args = [
+            "bench",
+            "vs-llamacpp",
+            "--peer-build",
+            "GGML_AVX2=ON, no AVX-512",
+        ];
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            shown_command("RAG_ISA=avx2 ", &args),
+            "RAG_ISA=avx2 rag bench vs-llamacpp --peer-build \"GGML_AVX2=ON, no AVX-512\""
+        );
+        assert_eq!(shown_command("", &args[..2]), "rag bench vs-llamacpp");
+    }
 
     #[test]
     fn machine_names_family_and_model_when_cpuinfo_has_them() {

@@ -21,6 +21,9 @@ pub struct Args {
     /// Model file or manifest name.
     #[arg(long)]
     model: String,
+    /// KV cache precision (f32 exact; f16 half the memory and attention bytes).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
+    kv_cache: String,
     /// Spec-Bench style JSONL (default: ../shared/data/spec_bench/question.jsonl,
     /// or ../shared/data/ui/droidtask_ui.jsonl for --category ui).
     #[arg(long)]
@@ -236,6 +239,7 @@ pub fn run(args: Args) -> Result<()> {
         SessionOptions {
             kv_capacity: kv,
             max_verify: args.max_verify,
+            kv_precision: crate::kv_precision(&args.kv_cache)?,
             ..Default::default()
         },
     )?;
@@ -579,17 +583,25 @@ pub fn run(args: Args) -> Result<()> {
         println!("{table}");
     }
     if !args.no_report {
+        // The f32 cache (default) keeps the sections it always had.
+        let kv = match args.kv_cache.as_str() {
+            "f32" => ("", String::new()),
+            kv => ("-kv-", format!(", KV cache {kv}")),
+        };
         let key = format!(
-            "specdec-{}-{}{}",
+            "specdec-{}-{}{}{}{}",
             model_name,
             args.category,
-            if args.ablation { "-ablation" } else { "" }
+            if args.ablation { "-ablation" } else { "" },
+            kv.0,
+            if kv.0.is_empty() { "" } else { &args.kv_cache }
         );
         let title = format!(
-            "Speculative decoding: {} on {}{}",
+            "Speculative decoding: {} on {}{}{}",
             model_name,
             args.category,
-            if args.ablation { " (ablation)" } else { "" }
+            if args.ablation { " (ablation)" } else { "" },
+            kv.1
         );
         bench_report::write_section(&key, &title, &table)?;
     }
