@@ -247,22 +247,24 @@ unsafe fn tile_passes<T: KvElem>(
     let n_q = q.len() / hd;
     let n_tiles = n_keys.div_ceil(TILE);
     let passes = n_q.div_ceil(QUERIES_PER_PASS);
-    // Lines (rows) of the next tile prefetched per pass, when there are enough passes.
+    // 64-byte lines of the next tile prefetched per pass, when there are enough passes (a
+    // tile row is one line in f32, half a line in f16).
+    let lines = (hd * TILE * std::mem::size_of::<T>()).div_ceil(64);
     let per_pass = if passes >= PREFETCH_MIN_PASSES {
-        hd.div_ceil(passes)
+        lines.div_ceil(passes)
     } else {
         0
     };
     for t in 0..n_tiles {
         let lanes = (n_keys - t * TILE).min(TILE);
-        let next = kt.as_ptr().wrapping_add((t + 1) * hd * TILE);
+        let next = kt.as_ptr().wrapping_add((t + 1) * hd * TILE).cast::<i8>();
         let mut a = 0;
         let mut pass = 0;
         while a < n_q {
             if t + 1 < n_tiles {
-                for row in (pass * per_pass..(pass + 1) * per_pass).take_while(|&r| r < hd) {
+                for line in (pass * per_pass..(pass + 1) * per_pass).take_while(|&l| l < lines) {
                     // A hint: it cannot fault, whatever the address (hence `wrapping_add`).
-                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(row * TILE).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line * 64));
                 }
             }
             pass += 1;
