@@ -67,6 +67,7 @@ impl Planes {
 
 /// Bytes one 32-column block of a quantized format takes in each plane (codes,
 /// high bits, scales); a K-quant super-block's 320 scale bytes are 40 per block.
+#[inline(always)]
 pub(crate) fn block_plane_bytes(ty: GgmlType) -> (usize, usize, usize) {
     match ty {
         GgmlType::Q4_0 => (256, 0, 32),

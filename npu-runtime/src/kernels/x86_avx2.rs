@@ -52,6 +52,10 @@ pub(crate) struct Prefetch {
 }
 
 impl Prefetch {
+    /// Kernels pass their format as a constant (`fmt_type(F)`, not the matrix's runtime
+    /// type): inlined, the plane sizes are then known and each block's line loops unroll
+    /// into straight prefetches (KERNELS.md 68).
+    #[inline(always)]
     pub fn new(ty: GgmlType, cols: usize) -> Prefetch {
         let p = Planes::new(ty, cols);
         let (codes, high, scales) = block_plane_bytes(ty);
@@ -176,6 +180,7 @@ pub(crate) unsafe fn run_vnni(
     }
 }
 
+#[inline(always)]
 fn fmt_type(f: u8) -> GgmlType {
     QUANT_TYPES[f as usize]
 }
@@ -302,7 +307,7 @@ unsafe fn quant_body<const F: u8, const VNNI: bool>(
     let nib = _mm256_set1_epi8(0x0F);
     let m10 = _mm256_set1_epi8(0x10);
     let flip = _mm256_set1_epi8(-128);
-    let pf = Prefetch::new(k.ty, k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -483,7 +488,7 @@ unsafe fn kquant_body<const F: u8, const VNNI: bool>(
         13, 12, 13,
     );
     let dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
-    let pf = Prefetch::new(k.ty, k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {

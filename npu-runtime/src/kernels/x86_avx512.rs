@@ -82,6 +82,7 @@ pub(crate) unsafe fn run(
     }
 }
 
+#[inline(always)]
 fn fmt_type(f: u8) -> GgmlType {
     QUANT_TYPES[f as usize]
 }
@@ -224,7 +225,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let z = zero_point(fmt_type(F));
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
-    let pf = Prefetch::new(k.ty, k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -293,7 +294,7 @@ unsafe fn quant_pairs<const F: u8>(
     let z = zero_point(fmt_type(F));
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
-    let pf = Prefetch::new(k.ty, k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols);
     let mut g = g0;
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
@@ -356,7 +357,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
     let nb = k.cols / 32;
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<__m512i>::uninit(); TCHUNK];
-    let pf = Prefetch::new(k.ty, k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -523,7 +524,7 @@ unsafe fn kquant_pairs<const F: u8>(
     let nb = k.cols / 32;
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<[__m512i; 2]>::uninit(); TCHUNK];
-    let pf = Prefetch::new(k.ty, k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols);
     let mut g = g0;
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
