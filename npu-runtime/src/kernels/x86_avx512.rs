@@ -142,33 +142,14 @@ unsafe fn emit_pair(o: &Output, t0: usize, g: usize, acc: &[[__m512; 2]]) {
     }
 }
 
-/// Bytes of 16 for the Q5 high-bit merge, made once per kernel call and opaque to the
-/// compiler: knowing a code's bit 4 clear, it turned the masked add into an `or` plus a
-/// masked move (one instruction more per code vector; KERNELS.md 69).
-#[derive(Clone, Copy)]
-struct Sixteen(__m512i);
-
-impl Sixteen {
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn new() -> Sixteen {
-        Sixteen(_mm512_set1_epi8(std::hint::black_box(16)))
-    }
-}
-
 /// The 8 code vectors of block `b` (chunk `c` = columns 4c..4c+4 of each row,
-/// unsigned). Q5 high bits are added (`sixteen`: [`Sixteen`]); Q6_K high bits are or-ed in.
+/// unsigned). Q5 high bits are added; Q6_K high bits are or-ed in.
 ///
 /// # Safety
 /// AVX-512 F/BW; `codes`/`high` point at a group's planes holding block `b`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn load_codes<const F: u8>(
-    codes: *const u8,
-    high: *const u8,
-    b: usize,
-    sixteen: Sixteen,
-) -> [__m512i; 8] {
+unsafe fn load_codes<const F: u8>(codes: *const u8, high: *const u8, b: usize) -> [__m512i; 8] {
     // SAFETY: offsets stay inside this group's planes, whose sizes
     // `Planes::new` computed (codes: 256 or 512 bytes per block, high bits: 64
     // or 128); loads are unaligned.
@@ -187,7 +168,9 @@ unsafe fn load_codes<const F: u8>(
             }
         }
         if F == Q5_0 || F == Q5_1 {
-            let sixteen = sixteen.0;
+            // Opaque to the compiler: knowing the code's bit 4 clear, it turned the masked
+            // add into an `or` plus a masked move (one instruction more per vector).
+            let sixteen = _mm512_set1_epi8(std::hint::black_box(16));
             for (c, w) in w.iter_mut().enumerate() {
                 let m: __mmask64 = high.add(b * 64 + c * 8).cast::<u64>().read_unaligned();
                 *w = _mm512_mask_add_epi8(*w, m, *w, sixteen);
@@ -245,7 +228,6 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     let pf = Prefetch::new(fmt_type(F), k.cols);
-    let sixteen = Sixteen::new();
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -255,7 +237,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                 pf.block(codes, b);
                 // SAFETY: block b < nb lies in this group's planes; the scale
                 // plane holds 32 (or 64) bytes per block.
-                let w = unsafe { load_codes::<F>(codes, high, b, sixteen) };
+                let w = unsafe { load_codes::<F>(codes, high, b) };
                 let (scale, min) = block_scales::<F>(scales, b);
                 for (dt, acc) in acc.iter_mut().enumerate() {
                     let blk = (t0 + dt) * nb + b;
@@ -315,7 +297,6 @@ unsafe fn quant_pairs<const F: u8>(
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let pf = Prefetch::new(fmt_type(F), k.cols);
-    let sixteen = Sixteen::new();
     let mut g = g0;
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
@@ -328,7 +309,7 @@ unsafe fn quant_pairs<const F: u8>(
                 pf.block_of_pair(cb, b);
                 // SAFETY: block b < nb lies in both groups' planes (high bits: Q5 only);
                 // the scale planes hold 32 bytes per block.
-                let (wa, wb) = unsafe { (load_codes::<F>(ca, ha, b, sixteen), load_codes::<F>(cb, hb, b, sixteen)) };
+                let (wa, wb) = unsafe { (load_codes::<F>(ca, ha, b), load_codes::<F>(cb, hb, b)) };
                 // SAFETY: as above, for the scale planes.
                 let ((scale_a, min_a), (scale_b, min_b)) =
                     unsafe { (block_scales::<F>(sa, b), block_scales::<F>(sb, b)) };
@@ -379,7 +360,6 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<__m512i>::uninit(); TCHUNK];
     let pf = Prefetch::new(fmt_type(F), k.cols);
-    let sixteen = Sixteen::new();
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -395,7 +375,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
                 for j in 0..8 {
                     let b = sb * 8 + j;
                     pf.block(codes, b);
-                    let w = load_codes::<F>(codes, high, b, sixteen);
+                    let w = load_codes::<F>(codes, high, b);
                     let (sc_lo, sc_hi) = sub_scales::<F>(s, j);
                     for (dt, isum) in isum.iter_mut().enumerate() {
                         let blk = (t0 + dt) * nb + b;
@@ -547,7 +527,6 @@ unsafe fn kquant_pairs<const F: u8>(
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<[__m512i; 2]>::uninit(); TCHUNK];
     let pf = Prefetch::new(fmt_type(F), k.cols);
-    let sixteen = Sixteen::new();
     let mut g = g0;
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
@@ -564,8 +543,8 @@ unsafe fn kquant_pairs<const F: u8>(
                     let b = sup * 8 + j;
                     pf.block_of_pair(ca, b);
                     pf.block_of_pair(cb, b);
-                    let wa = load_codes::<F>(ca, ha, b, sixteen);
-                    let wb = load_codes::<F>(cb, hb, b, sixteen);
+                    let wa = load_codes::<F>(ca, ha, b);
+                    let wb = load_codes::<F>(cb, hb, b);
                     let (sc_lo_a, sc_hi_a) = sub_scales::<F>(s_a, j);
                     let (sc_lo_b, sc_hi_b) = sub_scales::<F>(s_b, j);
                     for (dt, isum) in isum.iter_mut().enumerate() {
