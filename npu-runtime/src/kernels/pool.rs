@@ -30,10 +30,16 @@ struct Job<'a> {
     f: &'a TaskFn<'a>,
     /// Per thread (0: the caller, `i`: worker `i`) the tasks `[front, back)` it still
     /// owns, packed by [`pack`].
-    ranges: &'a [AtomicU64],
+    ranges: &'a [Range],
     in_order: bool,
     panicked: AtomicBool,
 }
+
+/// One thread's task range, alone in its cache lines: every task taken is a CAS on it, and
+/// with the ranges packed side by side each CAS took the line from the other thread
+/// (KERNELS.md 72).
+#[repr(align(128))]
+struct Range(AtomicU64);
 
 fn pack(front: usize, back: usize) -> u64 {
     ((front as u64) << 32) | back as u64
@@ -54,9 +60,9 @@ impl Job<'_> {
         // In order (`parallel_for_in_order`): thread 0's range holds every task and all
         // threads take its front.
         let own = if self.in_order {
-            &self.ranges[0]
+            &self.ranges[0].0
         } else {
-            &self.ranges[me]
+            &self.ranges[me].0
         };
         loop {
             while let Some(i) = self.take_front(own) {
@@ -68,7 +74,7 @@ impl Job<'_> {
                 return;
             }
             let n = self.ranges.len();
-            let Some((lo, hi)) = (1..n).find_map(|k| self.steal_half(&self.ranges[(me + k) % n]))
+            let Some((lo, hi)) = (1..n).find_map(|k| self.steal_half(&self.ranges[(me + k) % n].0))
             else {
                 return;
             };
@@ -122,7 +128,7 @@ struct Shared {
     state: AtomicUsize,
     job: AtomicPtr<Job<'static>>,
     /// Each thread's task range for the current job ([`Job::ranges`]).
-    ranges: Box<[AtomicU64]>,
+    ranges: Box<[Range]>,
     shutdown: AtomicBool,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -144,7 +150,9 @@ impl ThreadPool {
             epoch: AtomicU64::new(0),
             state: AtomicUsize::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
-            ranges: (0..n_threads.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            ranges: (0..n_threads.max(1))
+                .map(|_| Range(AtomicU64::new(0)))
+                .collect(),
             shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
@@ -203,7 +211,7 @@ impl ThreadPool {
         let s = &*self.shared;
         assert!(n_tasks <= u32::MAX as usize, "parallel_for: too many tasks");
         let n = s.ranges.len();
-        for (t, r) in s.ranges.iter().enumerate() {
+        for (t, Range(r)) in s.ranges.iter().enumerate() {
             // In order: every thread takes from the front of the one range.
             let share = match (in_order, t) {
                 (true, 0) => pack(0, n_tasks),
