@@ -169,7 +169,8 @@ unsafe fn load_codes<const F: u8>(codes: *const u8, high: *const u8, b: usize) -
         }
         if F == Q5_0 || F == Q5_1 {
             // Opaque to the compiler: knowing the code's bit 4 clear, it turned the masked
-            // add into an `or` plus a masked move (one instruction more per vector).
+            // add into an `or` plus a masked move (one instruction more per vector;
+            // KERNELS.md 69).
             let sixteen = _mm512_set1_epi8(std::hint::black_box(16));
             for (c, w) in w.iter_mut().enumerate() {
                 let m: __mmask64 = high.add(b * 64 + c * 8).cast::<u64>().read_unaligned();
