@@ -401,66 +401,79 @@ fn f16_get(s: &[u8], i: usize) -> f32 {
 
 /// Decode block `b` of a group (quantized formats only).
 pub(crate) fn decode_tile(ty: GgmlType, p: &Planes, group: &[u8], b: usize, t: &mut Tile) {
+    for i in 0..GROUP {
+        decode_tile_row(ty, p, group, b, i, t);
+    }
+}
+
+/// Decode row `i` of block `b` of a group into row `i` of `t` (quantized formats only):
+/// one embedding lookup needs one row, not the tile's sixteen.
+pub(crate) fn decode_tile_row(
+    ty: GgmlType,
+    p: &Planes,
+    group: &[u8],
+    b: usize,
+    i: usize,
+    t: &mut Tile,
+) {
     let codes = &group[..p.codes];
     let high = &group[p.codes..p.codes + p.high];
     let scales = &group[p.codes + p.high..];
-    for i in 0..GROUP {
-        for k in 0..32 {
-            let (chunk, e) = (k / 4, k % 4);
-            let mut c = if ty == GgmlType::Q8_0 {
-                codes[b * 512 + chunk * 64 + 4 * i + e]
+    for k in 0..32 {
+        let (chunk, e) = (k / 4, k % 4);
+        let mut c = if ty == GgmlType::Q8_0 {
+            codes[b * 512 + chunk * 64 + 4 * i + e]
+        } else {
+            let byte = codes[b * 256 + (chunk % 4) * 64 + 4 * i + e];
+            if chunk < 4 {
+                byte & 0xF
             } else {
-                let byte = codes[b * 256 + (chunk % 4) * 64 + 4 * i + e];
-                if chunk < 4 {
-                    byte & 0xF
-                } else {
-                    byte >> 4
-                }
-            };
-            if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) {
-                let bit = 4 * i + e;
-                c |= ((high[b * 64 + chunk * 8 + bit / 8] >> (bit % 8)) & 1) << 4;
-            } else if ty == GgmlType::Q6K {
-                let byte = high[b * 128 + (chunk / 4) * 64 + 4 * i + e];
-                c |= ((byte >> (2 * (chunk % 4))) & 3) << 4;
+                byte >> 4
             }
-            t.codes[i][k] = c;
+        };
+        if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) {
+            let bit = 4 * i + e;
+            c |= ((high[b * 64 + chunk * 8 + bit / 8] >> (bit % 8)) & 1) << 4;
+        } else if ty == GgmlType::Q6K {
+            let byte = high[b * 128 + (chunk / 4) * 64 + 4 * i + e];
+            c |= ((byte >> (2 * (chunk % 4))) & 3) << 4;
         }
-        match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
-                t.scale[i] = f16_get(&scales[b * 32..], i);
-                t.min[i] = 0.0;
-            }
-            GgmlType::Q4_1 | GgmlType::Q5_1 => {
-                t.scale[i] = f16_get(&scales[b * 64..], i);
-                t.min[i] = f16_get(&scales[b * 64 + 32..], i);
-            }
-            GgmlType::Q4K => {
-                let s = &scales[(b / 8) * 320..];
-                let j = b % 8;
-                let (sc, mq) = (
-                    s[Q4K_SC + 16 * j + i],
-                    s[Q4K_MQ + 32 * (j / 2) + 2 * i + j % 2],
-                );
-                let (d, dmin) = (f16_get(s, i), f16_get(&s[32..], i));
-                t.scale[i] = d * sc as f32;
-                t.min[i] = -(dmin * mq as f32);
-                t.sub[i] = [sc as i32, mq as i32];
-                t.dk[i] = [d, dmin];
-            }
-            GgmlType::Q6K => {
-                let s = &scales[(b / 8) * 320..];
-                let j = b % 8;
-                t.scale[i] = f16_get(s, i);
-                t.min[i] = 0.0;
-                t.sub[i] = [
-                    s[Q6K_SUB + 32 * j + 2 * i] as i8 as i32,
-                    s[Q6K_SUB + 32 * j + 2 * i + 1] as i8 as i32,
-                ];
-                t.dk[i] = [t.scale[i], 0.0];
-            }
-            _ => unreachable!(),
+        t.codes[i][k] = c;
+    }
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+            t.scale[i] = f16_get(&scales[b * 32..], i);
+            t.min[i] = 0.0;
         }
+        GgmlType::Q4_1 | GgmlType::Q5_1 => {
+            t.scale[i] = f16_get(&scales[b * 64..], i);
+            t.min[i] = f16_get(&scales[b * 64 + 32..], i);
+        }
+        GgmlType::Q4K => {
+            let s = &scales[(b / 8) * 320..];
+            let j = b % 8;
+            let (sc, mq) = (
+                s[Q4K_SC + 16 * j + i],
+                s[Q4K_MQ + 32 * (j / 2) + 2 * i + j % 2],
+            );
+            let (d, dmin) = (f16_get(s, i), f16_get(&s[32..], i));
+            t.scale[i] = d * sc as f32;
+            t.min[i] = -(dmin * mq as f32);
+            t.sub[i] = [sc as i32, mq as i32];
+            t.dk[i] = [d, dmin];
+        }
+        GgmlType::Q6K => {
+            let s = &scales[(b / 8) * 320..];
+            let j = b % 8;
+            t.scale[i] = f16_get(s, i);
+            t.min[i] = 0.0;
+            t.sub[i] = [
+                s[Q6K_SUB + 32 * j + 2 * i] as i8 as i32,
+                s[Q6K_SUB + 32 * j + 2 * i + 1] as i8 as i32,
+            ];
+            t.dk[i] = [t.scale[i], 0.0];
+        }
+        _ => unreachable!(),
     }
 }
 

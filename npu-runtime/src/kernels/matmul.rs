@@ -2,7 +2,7 @@
 
 use super::act::{quantize_parallel, ActFormat, QuantActs};
 use super::ggml::{kernel_supported, GgmlType};
-use super::layout::{decode_tile, dequantize_tile_row, pack_group, Planes, Tile, GROUP};
+use super::layout::{decode_tile_row, dequantize_tile_row, pack_group, Planes, Tile, GROUP};
 use super::pool::ThreadPool;
 use super::silu::silu_mul_unchecked;
 use super::simd::{detected, Isa};
@@ -210,7 +210,7 @@ impl QMatrix {
             ty => {
                 let mut tile = Tile::default();
                 for (b, y) in out.chunks_exact_mut(32).enumerate() {
-                    decode_tile(ty, &self.planes, group, b, &mut tile);
+                    decode_tile_row(ty, &self.planes, group, b, i, &mut tile);
                     dequantize_tile_row(ty, &tile, i, y);
                 }
             }
@@ -922,6 +922,11 @@ mod tests {
 
     /// Random valid ggml bytes: random codes, small finite f16 scales.
     fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> QMatrix {
+        QMatrix::from_ggml(ty, rows, cols, &random_bytes(ty, rows, cols, seed)).unwrap()
+    }
+
+    /// The ggml bytes of [`random_matrix`].
+    fn random_bytes(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> Vec<u8> {
         let ts = ty.type_size();
         let n_blocks = rows * cols / ty.block_size();
         let noise = uniform(seed, n_blocks * ts);
@@ -945,7 +950,36 @@ mod tests {
                 b[p..p + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
             }
         }
-        QMatrix::from_ggml(ty, rows, cols, &bytes).unwrap()
+        bytes
+    }
+
+    /// Every row read back from the repacked layout (one row decoded, as an embedding
+    /// lookup does) equals ggml's reference dequantization of the original row, bit for
+    /// bit, including rows of a partial last group.
+    #[test]
+    fn dequantize_row_equals_reference_for_every_format() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let (rows, cols) = (37, 512);
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4K,
+            GgmlType::Q6K,
+        ] {
+            let raw = random_bytes(ty, rows, cols, &mut seed);
+            let w = QMatrix::from_ggml(ty, rows, cols, &raw).unwrap();
+            let rb = raw.len() / rows;
+            let (mut got, mut want) = (vec![0f32; cols], vec![0f32; cols]);
+            for r in 0..rows {
+                w.dequantize_row(r, &mut got);
+                graphs::quant::dequantize_row(ty, &raw[r * rb..(r + 1) * rb], &mut want).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{ty:?} row {r}");
+            }
+        }
     }
 
     /// `|out - exact| <= Σ_blocks amax_b/254 · Σ|w_b| + 1e-5 Σ|w·x|` (activation
