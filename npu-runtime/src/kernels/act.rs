@@ -254,50 +254,198 @@ unsafe fn quantize_groups(isa: Isa, fmt: ActFormat, x: &[f32], out: ActsPtr, g0:
     }
 }
 
-/// The same rule with AVX-512: `vcvtps2dq` rounds to nearest even (default
-/// MXCSR), max and integer sums are exact and the scales come from the same
-/// scalar code, so codes and scales match the scalar loop bit for bit.
+/// The same rule with AVX-512, 16 blocks per pass (one group of 16 Q8_0 / Q8_1 blocks or
+/// two Q8K groups) so the per-block scalars are made 16 lanes at a time: `vcvtps2dq`
+/// rounds to nearest even (default MXCSR), the division `127 / amax`, the half-float
+/// rounding of the scales (`vcvtps2ph`, nearest even) and the integer sums are the
+/// scalar loop's operations, so codes and scales match it bit for bit.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn quantize_avx512(fmt: ActFormat, x: &[f32], out: ActsPtr, g0: usize, g1: usize) {
-    use std::arch::x86_64::*;
-    let absmask = _mm512_set1_epi32(0x7FFF_FFFF);
-    let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
     let bps = fmt.blocks_per_scale();
-    for grp in g0..g1 {
-        // SAFETY: the caller guarantees x holds 32 floats per block of the groups
-        // up to g1 and that those blocks of `out` are in bounds and exclusively ours.
-        unsafe {
-            let mut vmax = _mm512_setzero_ps();
-            for blk in grp * bps..(grp + 1) * bps {
-                for h in [0, 16] {
-                    let v = _mm512_loadu_ps(x.as_ptr().add(blk * 32 + h));
-                    let a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absmask));
-                    vmax = _mm512_max_ps(vmax, a);
+    let (b0, b1) = (g0 * bps, g1 * bps);
+    let mut b = b0;
+    while b < b1 {
+        let n = (b1 - b).min(16);
+        // SAFETY: the caller guarantees x holds 32 floats per block below b1 and that
+        // those blocks of `out` are in bounds and exclusively ours; a Q8K pass starts on
+        // a group boundary (b0 and 16 are multiples of 8).
+        unsafe { quantize_pass_avx512(fmt, x.as_ptr().add(b * 32), n, out, b) };
+        b += n;
+    }
+}
+
+/// Quantizes the `n <= 16` blocks at `x` as blocks `blk0..blk0 + n` of `out`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI present; `x` holds `32 n` floats; blocks `blk0..blk0 + n` are in
+/// bounds of `out` and exclusively the caller's; for Q8K, `blk0` and `n` are multiples
+/// of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quantize_pass_avx512(fmt: ActFormat, x: *const f32, n: usize, out: ActsPtr, blk0: usize) {
+    use std::arch::x86_64::*;
+    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    let valid: __mmask16 = ((1u32 << n) - 1) as __mmask16;
+    // SAFETY (whole body): loads read only the n blocks of `x`; stores go to blocks
+    // blk0..blk0 + n of `out` only (masked or sized by n); the caller's contract.
+    unsafe {
+        let load = |j: usize, h: usize| {
+            if j < n {
+                _mm512_loadu_ps(x.add(j * 32 + h))
+            } else {
+                _mm512_setzero_ps()
+            }
+        };
+        let absmax =
+            |j: usize| _mm512_max_ps(_mm512_abs_ps(load(j, 0)), _mm512_abs_ps(load(j, 16)));
+        // Per-lane (block) multiplier `id` and scale `d`, and for the legacy formats the
+        // f32 `amax / 127` their `dsum` uses.
+        let amax = if fmt == ActFormat::Q8K {
+            // Lanes 0-7: the first group's maximum, lanes 8-15: the second's.
+            let group = |g: usize| {
+                let mut m = _mm512_setzero_ps();
+                for j in 8 * g..8 * g + 8 {
+                    m = _mm512_max_ps(m, absmax(j));
                 }
+                m
+            };
+            let (a, b) = (group(0), group(1));
+            let r = _mm512_max_ps(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            );
+            let r = _mm512_max_ps(r, _mm512_shuffle_f32x4::<0xB1>(r, r));
+            let r = _mm512_max_ps(r, _mm512_shuffle_ps::<0x4E>(r, r));
+            _mm512_max_ps(r, _mm512_shuffle_ps::<0xB1>(r, r))
+        } else {
+            hmax16(std::array::from_fn(absmax))
+        };
+        // Per lane (block) `ActFormat::scales`: the multiplier `id`, the scale `d` and, for
+        // the legacy formats, the f32 `amax / 127` their `dsum` uses.
+        let nz = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(amax, _mm512_setzero_ps());
+        let id = _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0), amax);
+        let d32 = _mm512_maskz_div_ps(nz, amax, _mm512_set1_ps(127.0));
+        let d = if fmt == ActFormat::Q8K {
+            _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0), id)
+        } else {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<NEAREST>(d32))
+        };
+        let mut ids = [0f32; 16];
+        _mm512_storeu_ps(ids.as_mut_ptr(), id);
+        // Codes, two blocks per 64 bytes; `w[p]` lane l = the sum of codes 4l..4l + 3.
+        let lo = _mm512_set1_epi32(-127);
+        let ones = _mm512_set1_epi8(1);
+        // After two saturating packs, 4-byte group 4L + m holds codes 4L.. of vector m.
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        let mut w = [_mm512_setzero_si512(); 8];
+        for (p, wp) in w.iter_mut().enumerate().take(n.div_ceil(2)) {
+            let q: [__m512i; 4] = std::array::from_fn(|k| {
+                let j = 2 * p + k / 2;
+                let v = _mm512_mul_ps(load(j, 16 * (k % 2)), _mm512_set1_ps(ids[j.min(15)]));
+                _mm512_max_epi32(_mm512_cvtps_epi32(v), lo)
+            });
+            let packed = _mm512_packs_epi16(
+                _mm512_packs_epi32(q[0], q[1]),
+                _mm512_packs_epi32(q[2], q[3]),
+            );
+            let z = _mm512_permutexvar_epi32(order, packed);
+            let dst = out.q.add((blk0 + 2 * p) * 32);
+            if 2 * p + 1 < n {
+                _mm512_storeu_si512(dst.cast(), z);
+            } else {
+                _mm256_storeu_si256(dst.cast(), _mm512_castsi512_si256(z));
             }
-            let amax = _mm512_reduce_max_ps(vmax);
-            let (id, d) = fmt.scales(amax);
-            let id = _mm512_set1_ps(id);
-            for blk in grp * bps..(grp + 1) * bps {
-                let x0 = _mm512_loadu_ps(x.as_ptr().add(blk * 32));
-                let x1 = _mm512_loadu_ps(x.as_ptr().add(blk * 32 + 16));
-                let q0 = _mm512_min_epi32(
-                    _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lo),
-                    hi,
-                );
-                let q1 = _mm512_min_epi32(
-                    _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lo),
-                    hi,
-                );
-                _mm_storeu_si128(out.q.add(blk * 32).cast(), _mm512_cvtepi32_epi8(q0));
-                _mm_storeu_si128(out.q.add(blk * 32 + 16).cast(), _mm512_cvtepi32_epi8(q1));
-                let sum_lo = _mm512_reduce_add_epi32(q0);
-                let sum = sum_lo + _mm512_reduce_add_epi32(q1);
-                out.store(fmt, blk, amax, d, sum, sum_lo);
-            }
+            *wp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, z);
+        }
+        let (sum_lo, sum) = block_sums(&w);
+        let at = blk0;
+        _mm512_mask_storeu_epi32(out.sum.add(at).cast(), valid, sum);
+        _mm512_mask_storeu_epi32(out.sum_lo.add(at).cast(), valid, sum_lo);
+        _mm512_mask_storeu_ps(out.d.add(at).cast(), valid, d);
+        let sumf = _mm512_cvtepi32_ps(sum);
+        let dsum = if fmt == ActFormat::Q8K {
+            _mm512_mul_ps(d, sumf)
+        } else {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<NEAREST>(_mm512_mul_ps(d32, sumf)))
+        };
+        _mm512_mask_storeu_ps(out.dsum.add(at).cast(), valid, dsum);
+        if fmt == ActFormat::Q8K {
+            // Pair i = (sum[2i] low, sum[2i + 1] high) as i16: the sums' 16-bit truncations
+            // in order.
+            let pairs = _mm256_castsi256_ps(_mm512_cvtepi32_epi16(sum));
+            let m8: __mmask8 = ((1u32 << (n / 2)) - 1) as __mmask8;
+            _mm256_mask_storeu_ps(out.sum_pairs.add(at / 2).cast(), m8, pairs);
         }
     }
+}
+
+/// Lane j = the maximum over the lanes of `m[j]`: a transposing reduction (15 max steps
+/// for 16 vectors instead of 4 per vector).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn hmax16(m: [std::arch::x86_64::__m512; 16]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // 16 -> 8: 128-bit chunks 0-1 of r[k] hold m[2k]'s 8 partials, chunks 2-3 m[2k + 1]'s.
+    let r: [__m512; 8] = std::array::from_fn(|k| {
+        let (a, b) = (m[2 * k], m[2 * k + 1]);
+        _mm512_max_ps(
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+        )
+    });
+    // 8 -> 4: chunk c of s[k] holds m[4k + c]'s 4 partials.
+    let s: [__m512; 4] = std::array::from_fn(|k| {
+        let (a, b) = (r[2 * k], r[2 * k + 1]);
+        _mm512_max_ps(
+            _mm512_shuffle_f32x4::<0x88>(a, b),
+            _mm512_shuffle_f32x4::<0xDD>(a, b),
+        )
+    });
+    // 4 -> 2: in chunk c of u[k], lanes 0-1 hold m[8k + c]'s 2 partials, lanes 2-3 m[8k + 4 + c]'s.
+    let u: [__m512; 2] = std::array::from_fn(|k| {
+        let (a, b) = (s[2 * k], s[2 * k + 1]);
+        _mm512_max_ps(
+            _mm512_shuffle_ps::<0x44>(a, b),
+            _mm512_shuffle_ps::<0xEE>(a, b),
+        )
+    });
+    // 2 -> 1: lane 4c + e holds m[4e + c]; transpose to lane j = m[j].
+    let v = _mm512_max_ps(
+        _mm512_shuffle_ps::<0x88>(u[0], u[1]),
+        _mm512_shuffle_ps::<0xDD>(u[0], u[1]),
+    );
+    let to_blocks = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_ps(to_blocks, v)
+}
+
+/// From `w[p]` (lane l = the sum of codes 4l..4l + 3 of blocks 2p, 2p + 1), per block j
+/// the sum of its first 16 codes (lane j of the first vector) and of all 32 (the second).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn block_sums(
+    w: &[std::arch::x86_64::__m512i; 8],
+) -> (std::arch::x86_64::__m512i, std::arch::x86_64::__m512i) {
+    use std::arch::x86_64::*;
+    // Quad sums: chunk c of w[p] is half c % 2 of block 2p + c / 2.
+    let pair_add = |a: __m512i, b: __m512i| {
+        let (a, b) = (_mm512_castsi512_ps(a), _mm512_castsi512_ps(b));
+        _mm512_add_epi32(
+            _mm512_castps_si512(_mm512_shuffle_ps::<0x88>(a, b)),
+            _mm512_castps_si512(_mm512_shuffle_ps::<0xDD>(a, b)),
+        )
+    };
+    // a[k] chunk c: pair sums of w[2k] then w[2k + 1], chunk c each.
+    let a: [__m512i; 4] = std::array::from_fn(|k| pair_add(w[2 * k], w[2 * k + 1]));
+    // b[k] lane 4c + e = the whole chunk c of w[4k + e]: half c % 2 of block 8k + 2e + c / 2.
+    let b: [__m512i; 2] = std::array::from_fn(|k| pair_add(a[2 * k], a[2 * k + 1]));
+    // Block j < 8 (b[0]; j >= 8 the same in b[1], index + 16): e = (j % 8) / 2,
+    // c = 2 (j % 2) + half.
+    let lo_idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+    let hi_idx = _mm512_setr_epi32(4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31);
+    let lo = _mm512_permutex2var_epi32(b[0], lo_idx, b[1]);
+    let hi = _mm512_permutex2var_epi32(b[0], hi_idx, b[1]);
+    (lo, _mm512_add_epi32(lo, hi))
 }
 
 /// [`quantize_avx512`] on 256 bits: the same conversions (`vcvtps2dq`, round to nearest
@@ -408,6 +556,53 @@ mod tests {
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got.d), bits(&want.d), "{isa:?} {fmt:?}");
                 assert_eq!(bits(&got.dsum), bits(&want.dsum), "{isa:?} {fmt:?}");
+            }
+        }
+    }
+
+    /// Every block count the passes of 16 blocks can end on (Q8_0 / Q8_1: 1 to 40 blocks;
+    /// Q8K: 1 to 5 groups of 8), each ISA against the scalar loop, scalars bit for bit.
+    #[test]
+    fn every_isa_quantizes_every_length_identically() {
+        let x = sample();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for fmt in FORMATS {
+            let step = 32 * fmt.blocks_per_scale();
+            for len in (step..=1280).step_by(step) {
+                // Start inside the sample's mixed-magnitude rows, not at its beginning.
+                let xs = &x[512 + 96..][..len];
+                let mut want = QuantActs::new(1, len);
+                quantize(Isa::Portable, fmt, xs, &mut want);
+                let nb = len / 32;
+                for isa in Isa::available() {
+                    let mut got = QuantActs::new(1, len + 512);
+                    // Poison: a pass must not write past its blocks.
+                    got.q.fill(99);
+                    got.sum.fill(-5);
+                    got.d.fill(7.0);
+                    quantize(isa, fmt, xs, &mut got);
+                    let what = format!("{isa:?} {fmt:?} {nb} blocks");
+                    assert_eq!(got.q[..len], want.q[..len], "{what}");
+                    assert!(
+                        got.q[len..].iter().all(|&c| c == 99),
+                        "{what}: codes past the end"
+                    );
+                    assert!(
+                        got.sum[nb..].iter().all(|&c| c == -5),
+                        "{what}: sums past the end"
+                    );
+                    assert!(
+                        got.d[nb..].iter().all(|&c| c == 7.0),
+                        "{what}: scales past the end"
+                    );
+                    assert_eq!(got.sum[..nb], want.sum[..nb], "{what}");
+                    assert_eq!(got.sum_lo[..nb], want.sum_lo[..nb], "{what}");
+                    assert_eq!(bits(&got.d[..nb]), bits(&want.d[..nb]), "{what}");
+                    assert_eq!(bits(&got.dsum[..nb]), bits(&want.dsum[..nb]), "{what}");
+                    if fmt == ActFormat::Q8K {
+                        assert_eq!(got.sum_pairs[..nb / 2], want.sum_pairs[..nb / 2], "{what}");
+                    }
+                }
             }
         }
     }
