@@ -165,8 +165,8 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// layer. Output rows go to `out` (f32 bits in atomics so tasks can write disjoint rows
 /// without `unsafe`). `run` executes `n` tasks, possibly in parallel.
 ///
-/// Work items are (block of up to `TOK_BLOCK` tokens, KV head) or, when there would be
-/// fewer than two items per thread, slices of one: by tokens, or by query heads for a
+/// Work items are (block of up to `TOK_BLOCK` tokens, KV head) or, when those cannot be
+/// shared evenly among the threads, slices of one: by tokens, or by query heads for a
 /// single token. One
 /// pass of the tiled score kernel over the head's K tiles serves every query of an item (each
 /// tile row is loaded once per 4 queries, 16 keys per FMA); V rows are shared in
@@ -219,10 +219,11 @@ fn attend<T: KvElem>(
     let isa = detected();
     let n_blocks = n.div_ceil(TOK_BLOCK);
     let units = n_blocks * n_head_kv;
-    // With several threads, at least two items per thread: a worker that joins late
-    // (descheduled, or finishing another region) still takes a share, and 3 KV heads
-    // split 2:1 no longer leave one thread with double work.
-    let want = if scratch.threads > 1 {
+    // Slicing a unit makes every slice stream the KV head's K and V again (from L2 at
+    // best: a 1.5B head's K and V at depth 1000 are 1 MB), so units are sliced only when
+    // they cannot be shared evenly: then into at least two items per thread (3 KV heads
+    // split 2:1 would leave one thread with double work; KERNELS.md 77).
+    let want = if scratch.threads > 1 && units % scratch.threads != 0 {
         2 * scratch.threads
     } else {
         1
