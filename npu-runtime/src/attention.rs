@@ -223,7 +223,7 @@ fn attend<T: KvElem>(
     // best: a 1.5B head's K and V at depth 1000 are 1 MB), so units are sliced only when
     // they cannot be shared evenly: then into at least two items per thread (3 KV heads
     // split 2:1 would leave one thread with double work; KERNELS.md 77).
-    let want = if scratch.threads > 1 && units % scratch.threads != 0 {
+    let want = if scratch.threads > 1 && !units.is_multiple_of(scratch.threads) {
         2 * scratch.threads
     } else {
         1
