@@ -221,15 +221,19 @@ fn attend<T: KvElem>(
     let units = n_blocks * n_head_kv;
     // Slicing a unit makes every slice stream the KV head's K and V again (from L2 at
     // best: a 1.5B head's K and V at depth 1000 are 1 MB), so units are sliced only when
-    // they cannot be shared evenly: then into at least two items per thread (3 KV heads
-    // split 2:1 would leave one thread with double work; KERNELS.md 77).
-    let want = if scratch.threads > 1 && !units.is_multiple_of(scratch.threads) {
-        2 * scratch.threads
+    // they cannot be shared evenly (KERNELS.md 77), and then only where a thread's share
+    // ends inside a unit (`Items`): 3 KV heads on 2 threads run as 1.5 heads per thread.
+    let parts = if scratch.threads > 1 && !units.is_multiple_of(scratch.threads) {
+        (2 * scratch.threads).div_ceil(units).clamp(1, group)
     } else {
         1
     };
-    let parts = want.div_ceil(units).clamp(1, group);
-    let n_items = units * parts;
+    let items = Items {
+        units,
+        parts,
+        threads: scratch.threads,
+    };
+    let n_items = items.count();
     let n_tasks = scratch.slots.len().min(n_items);
     let scale = 1.0 / (hd as f32).sqrt();
     // Score row stride: every slot up to the batch's last new key.
@@ -243,11 +247,7 @@ fn attend<T: KvElem>(
         let (acc, inv) = rest.split_at_mut(queries * scratch.head_dim);
         let lo = n_items * t / n_tasks;
         let hi = n_items * (t + 1) / n_tasks;
-        for item in lo..hi {
-            // Larger slices first (the later part holds the extra head or token when they
-            // differ): a thread that takes over the end of another's share of items (the
-            // pool's stealing) gets the smaller slices.
-            let (unit, part) = (item / parts, parts - 1 - item % parts);
+        items.for_each(lo, hi, |unit, p0, p1| {
             // KV-head-major: the token blocks and slices of one KV head follow each other,
             // and a thread runs a contiguous share of the items, so a second pass over the
             // head's K and V usually finds them in this core's L2.
@@ -258,12 +258,12 @@ fn attend<T: KvElem>(
             // 16), a single token by heads.
             let ((h0, h1), (i0, i1)) = if b1 - b0 >= parts {
                 let nt = b1 - b0;
-                let t0 = b0 + nt * part / parts;
-                let t1 = b0 + nt * (part + 1) / parts;
+                let t0 = b0 + nt * p0 / parts;
+                let t1 = b0 + nt * p1 / parts;
                 ((g * group, (g + 1) * group), (t0, t1))
             } else {
-                let h0 = g * group + group * part / parts;
-                let h1 = g * group + group * (part + 1) / parts;
+                let h0 = g * group + group * p0 / parts;
+                let h1 = g * group + group * p1 / parts;
                 ((h0, h1), (b0, b1))
             };
             let nh = h1 - h0;
@@ -323,9 +323,60 @@ fn attend<T: KvElem>(
                     }
                 }
             }
-        }
+        });
     };
     run(n_tasks, &task);
+}
+
+/// The work items of one attention call: `units` units of `parts` slices each, the slice
+/// range `[0, units * parts)` cut at every unit boundary and wherever one of `threads`
+/// equal shares ends, so a slice boundary inside a unit exists only where two threads
+/// split it.
+#[derive(Clone, Copy, Debug)]
+struct Items {
+    units: usize,
+    parts: usize,
+    threads: usize,
+}
+
+impl Items {
+    fn count(self) -> usize {
+        let mut n = 0;
+        self.walk(|_, _, _, _| n += 1);
+        n
+    }
+
+    /// Calls `f(unit, p0, p1)` (slices `p0..p1` of `unit`) for items `lo..hi`, in order.
+    fn for_each(self, lo: usize, hi: usize, mut f: impl FnMut(usize, usize, usize)) {
+        self.walk(|i, unit, p0, p1| {
+            if (lo..hi).contains(&i) {
+                f(unit, p0, p1)
+            }
+        });
+    }
+
+    /// Calls `f(index, unit, p0, p1)` for every item: the cuts at multiples of `parts`
+    /// and at `t * total / threads`, merged in ascending order.
+    fn walk(self, mut f: impl FnMut(usize, usize, usize, usize)) {
+        let total = self.units * self.parts;
+        let threads = self.threads.max(1);
+        let (mut at, mut i, mut t) = (0, 0, 1);
+        while at < total {
+            // The next share end after `at` (shares are ascending in t).
+            while t < threads && t * total / threads <= at {
+                t += 1;
+            }
+            let share_end = if t < threads {
+                t * total / threads
+            } else {
+                total
+            };
+            let unit = at / self.parts;
+            let next = share_end.min((unit + 1) * self.parts);
+            f(i, unit, at - unit * self.parts, next - unit * self.parts);
+            (at, i) = (next, i + 1);
+        }
+    }
 }
 
 /// Calls `f(first_key, first_slot, len)` for each maximal run of adjacent KV slots in
@@ -696,6 +747,51 @@ mod tests {
         assert!(m.set_tree(&[-2]).is_err());
         assert!(m.set_tree(&[-1; 5]).is_err());
         assert!(m.set_tree(&[]).is_err());
+    }
+
+    /// Items tile every unit's slices in order, never straddle a unit or a thread's share
+    /// end, and cut a unit only at a share end.
+    #[test]
+    fn items_cut_units_only_where_shares_end() {
+        for threads in 1..=5 {
+            for units in 1..=9 {
+                for parts in 1..=4 {
+                    let items = Items {
+                        units,
+                        parts,
+                        threads,
+                    };
+                    let total = units * parts;
+                    let ends: Vec<usize> = (1..threads).map(|t| t * total / threads).collect();
+                    let mut got = Vec::new();
+                    items.for_each(0, usize::MAX, |u, p0, p1| got.push((u, p0, p1)));
+                    assert_eq!(got.len(), items.count());
+                    let mut at = 0;
+                    for &(u, p0, p1) in &got {
+                        let (a, b) = (u * parts + p0, u * parts + p1);
+                        assert!(
+                            a == at && p0 < p1 && p1 <= parts,
+                            "{units} {parts} {threads}: {got:?}"
+                        );
+                        assert!(
+                            !ends.iter().any(|&e| a < e && e < b),
+                            "straddles a share end"
+                        );
+                        if p1 < parts {
+                            assert!(
+                                ends.contains(&b),
+                                "{units} {parts} {threads}: needless cut {got:?}"
+                            );
+                        }
+                        at = b;
+                    }
+                    assert_eq!(at, total);
+                    let mut sub = Vec::new();
+                    items.for_each(1, 3, |u, p0, p1| sub.push((u, p0, p1)));
+                    assert_eq!(sub, got[1.min(got.len())..3.min(got.len())]);
+                }
+            }
+        }
     }
 
     #[test]
