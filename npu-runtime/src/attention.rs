@@ -282,7 +282,7 @@ fn attend<T: KvElem>(
             // new keys are slots up to n_past + ti. Then each token's visible new keys
             // are moved to follow the committed ones (visible[idx] >= idx, ascending).
             let kt = &kv.k_tiles[g * kv.head_stride..];
-            scores_tiled_with_isa(isa, qs, hd, kt, n_past + i1, scores, stride);
+            scores_tiled_with_isa(isa, qs, hd, kt, n_past + i1, scores, stride, vh);
             for ti in i0..i1 {
                 let a0 = (ti - i0) * nh;
                 let vis = mask.visible(ti);

@@ -51,6 +51,11 @@ type BlockArgs<T> = (*const f32, usize, *const T, *mut f32, usize, usize);
 /// `q_a = q[a * hd..][..hd]` and the keys `j < n_keys` of the tiled K `kt` (one head,
 /// tile 0 first; half floats widened exactly). `kt` must hold every tile that key
 /// `n_keys - 1` lies in; lanes past `n_keys` are computed but not stored.
+///
+/// `v` (the same keys' V rows, `hd` apart, or empty) is only prefetched into L2 while
+/// the scores are computed, so the weighted sum that follows finds it there instead of
+/// streaming it from memory after the scores (KERNELS.md 79).
+#[allow(clippy::too_many_arguments)]
 pub fn scores_tiled_with_isa<T: KvElem>(
     isa: Isa,
     q: &[f32],
@@ -59,6 +64,7 @@ pub fn scores_tiled_with_isa<T: KvElem>(
     n_keys: usize,
     out: &mut [f32],
     out_stride: usize,
+    v: &[T],
 ) {
     let n_q = q.len().checked_div(hd).unwrap_or(0);
     assert_eq!(
@@ -81,14 +87,14 @@ pub fn scores_tiled_with_isa<T: KvElem>(
     if isa == Isa::Avx512Vnni && isa.is_supported() {
         // SAFETY: AVX-512F/FMA present (AVX-512F widens halves); the query rows, the tiles of every key below
         // `n_keys` and the output rows hold the extents checked above.
-        return unsafe { scores_avx512(q, hd, kt, n_keys, out, out_stride) };
+        return unsafe { scores_avx512(q, hd, kt, n_keys, out, out_stride, v) };
     }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && isa.is_supported() {
         // SAFETY: the CPU supports AVX2, FMA and F16C (both AVX2 tiers); extents as above.
-        return unsafe { scores_avx2(q, hd, kt, n_keys, out, out_stride) };
+        return unsafe { scores_avx2(q, hd, kt, n_keys, out, out_stride, v) };
     }
-    let _ = isa;
+    let _ = (isa, v);
     canon_body(q, hd, kt, n_keys, out, out_stride)
 }
 
@@ -173,10 +179,11 @@ unsafe fn scores_avx512<T: KvElem>(
     n_keys: usize,
     out: &mut [f32],
     stride: usize,
+    v: &[T],
 ) {
     // SAFETY: the contract above; each pass gets at most `QUERIES_PER_PASS` queries.
     unsafe {
-        tile_passes(q, hd, kt, n_keys, out, stride, |qb, args| match qb {
+        tile_passes(q, hd, kt, n_keys, out, stride, v, |qb, args| match qb {
             4 => canon_quarters_avx512::<T, 4>(args),
             3 => canon_quarters_avx512::<T, 3>(args),
             2 => canon_quarters_avx512::<T, 2>(args),
@@ -199,11 +206,12 @@ unsafe fn scores_avx2<T: KvElem>(
     n_keys: usize,
     out: &mut [f32],
     stride: usize,
+    v: &[T],
 ) {
     // SAFETY: the contract above; each pass gets at most `QUERIES_PER_PASS` queries,
     // split here into runs of at most `QUERIES_PER_PASS_AVX2`.
     unsafe {
-        tile_passes(q, hd, kt, n_keys, out, stride, |qb, args| {
+        tile_passes(q, hd, kt, n_keys, out, stride, v, |qb, args| {
             let (q, hd, tile, out, stride, lanes) = args;
             let mut a = 0;
             while a < qb {
@@ -226,14 +234,15 @@ unsafe fn scores_avx2<T: KvElem>(
 const QUERIES_PER_PASS_AVX2: usize = 2;
 
 /// Drives `pass(qb, args)` over every tile and every group of at most
-/// [`QUERIES_PER_PASS`] queries, prefetching the next tile a share of its rows per pass
-/// when there are enough passes.
+/// [`QUERIES_PER_PASS`] queries, prefetching the next tile (and into L2 this tile's rows
+/// of `v`) a share of its rows per pass when there are enough passes.
 ///
 /// # Safety
 /// As [`scores_avx512`] for the extents; `pass` must be safe to call on `qb` queries of
 /// one tile with the given arguments.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_passes<T: KvElem>(
     q: &[f32],
     hd: usize,
@@ -241,23 +250,26 @@ unsafe fn tile_passes<T: KvElem>(
     n_keys: usize,
     out: &mut [f32],
     stride: usize,
+    v: &[T],
     pass_fn: impl Fn(usize, BlockArgs<T>),
 ) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
     let n_q = q.len() / hd;
     let n_tiles = n_keys.div_ceil(TILE);
     let passes = n_q.div_ceil(QUERIES_PER_PASS);
     // 64-byte lines of the next tile prefetched per pass, when there are enough passes (a
-    // tile row is one line in f32, half a line in f16).
+    // tile row is one line in f32, half a line in f16); the same for this tile's V rows.
     let lines = (hd * TILE * std::mem::size_of::<T>()).div_ceil(64);
     let per_pass = if passes >= PREFETCH_MIN_PASSES {
         lines.div_ceil(passes)
     } else {
         0
     };
+    let v_per_pass = if v.len() >= n_keys * hd { per_pass } else { 0 };
     for t in 0..n_tiles {
         let lanes = (n_keys - t * TILE).min(TILE);
         let next = kt.as_ptr().wrapping_add((t + 1) * hd * TILE).cast::<i8>();
+        let v_tile = v.as_ptr().wrapping_add(t * TILE * hd).cast::<i8>();
         let mut a = 0;
         let mut pass = 0;
         while a < n_q {
@@ -266,6 +278,10 @@ unsafe fn tile_passes<T: KvElem>(
                     // A hint: it cannot fault, whatever the address (hence `wrapping_add`).
                     _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line * 64));
                 }
+            }
+            for line in (pass * v_per_pass..(pass + 1) * v_per_pass).take_while(|&l| l < lines) {
+                // A hint, as above (the last tile's rows may run past `v`).
+                _mm_prefetch::<_MM_HINT_T1>(v_tile.wrapping_add(line * 64));
             }
             pass += 1;
             let qb = (n_q - a).min(QUERIES_PER_PASS);
@@ -510,6 +526,8 @@ mod tests {
             (64, 1, 1),
             (64, 4, 33),
             (128, 8, 50),
+            // Enough passes per tile for the prefetches of K and V.
+            (64, 20, 100),
         ] {
             let q = rnd(&mut seed, n_q * hd);
             let (kt, keys) = tile::<T>(&rnd(&mut seed, n_keys * hd), hd);
@@ -528,14 +546,20 @@ mod tests {
                     row
                 })
                 .collect();
-            for isa in Isa::available() {
+            // V to prefetch (any rows of the keys' extent): it must not change a bit.
+            for (isa, v) in Isa::available()
+                .into_iter()
+                .flat_map(|i| [(i, &[][..]), (i, &kt[..])])
+            {
                 let mut out = vec![7f32; n_q * stride];
-                scores_tiled_with_isa(isa, &q, hd, &kt, n_keys, &mut out, stride);
+                scores_tiled_with_isa(isa, &q, hd, &kt, n_keys, &mut out, stride, v);
                 let got: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
                 let half = T::HALF;
                 assert_eq!(
-                    got, want,
-                    "{isa:?} half {half} hd={hd} n_q={n_q} n_keys={n_keys}"
+                    got,
+                    want,
+                    "{isa:?} half {half} hd={hd} n_q={n_q} n_keys={n_keys} v {}",
+                    v.len()
                 );
             }
         }
