@@ -960,15 +960,7 @@ mod tests {
     fn dequantize_row_equals_reference_for_every_format() {
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         let (rows, cols) = (37, 512);
-        for ty in [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::Q4K,
-            GgmlType::Q6K,
-        ] {
+        for ty in crate::kernels::ggml::QUANT_TYPES {
             let raw = random_bytes(ty, rows, cols, &mut seed);
             let w = QMatrix::from_ggml(ty, rows, cols, &raw).unwrap();
             let rb = raw.len() / rows;
