@@ -5,7 +5,7 @@
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let dim = weight.len();
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        let ss: f64 = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let ss = crate::kernels::vector::sum_squares_f64(xr);
         let scale = (1.0 / (ss / dim as f64 + f64::from(eps)).sqrt()) as f32;
         for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
             *o = v * scale * w;
