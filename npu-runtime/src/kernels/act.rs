@@ -448,61 +448,177 @@ fn block_sums(
     (lo, _mm512_add_epi32(lo, hi))
 }
 
-/// [`quantize_avx512`] on 256 bits: the same conversions (`vcvtps2dq`, round to nearest
-/// even), clamps and exact sums; codes narrowed by saturating packs (no value is outside
-/// [-127, 127] by then) and put back in order by one lane permute.
+/// [`quantize_avx512`] on 256 bits, 8 blocks per pass (one group of 8 Q8_0 / Q8_1 blocks,
+/// or one Q8K group): the same conversions (`vcvtps2dq`, nearest even), division and
+/// half-float roundings (F16C `vcvtps2ph`), 8 lanes at a time; codes narrowed by saturating
+/// packs (no value is outside [-127, 127] by then) and put back in order by one lane
+/// permute.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 unsafe fn quantize_avx2(fmt: ActFormat, x: &[f32], out: ActsPtr, g0: usize, g1: usize) {
-    use std::arch::x86_64::*;
-    let absmask = _mm256_set1_epi32(0x7FFF_FFFF);
-    let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
-    // After packs_epi32 then packs_epi16 the 32-bit groups are ordered 0 4 1 5 2 6 3 7.
-    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    let hsum = |v: __m256i| -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
-    };
     let bps = fmt.blocks_per_scale();
-    for grp in g0..g1 {
-        // SAFETY: the caller guarantees x holds 32 floats per block of the groups up to
-        // g1 and that those blocks of `out` are in bounds and exclusively ours.
-        unsafe {
-            let mut vmax = _mm256_setzero_ps();
-            for blk in grp * bps..(grp + 1) * bps {
-                for h in [0, 8, 16, 24] {
-                    let v = _mm256_loadu_ps(x.as_ptr().add(blk * 32 + h));
-                    let a = _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v), absmask));
-                    vmax = _mm256_max_ps(vmax, a);
-                }
+    let (b0, b1) = (g0 * bps, g1 * bps);
+    let mut b = b0;
+    while b < b1 {
+        let n = (b1 - b).min(8);
+        // SAFETY: the caller guarantees x holds 32 floats per block below b1 and that
+        // those blocks of `out` are in bounds and exclusively ours; a Q8K pass is one
+        // whole group (b0 and 8 are multiples of 8).
+        unsafe { quantize_pass_avx2(fmt, x.as_ptr().add(b * 32), n, out, b) };
+        b += n;
+    }
+}
+
+/// Quantizes the `n <= 8` blocks at `x` as blocks `blk0..blk0 + n` of `out`.
+///
+/// # Safety
+/// AVX2 and F16C present; `x` holds `32 n` floats; blocks `blk0..blk0 + n` are in bounds
+/// of `out` and exclusively the caller's; for Q8K, `n` is 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn quantize_pass_avx2(fmt: ActFormat, x: *const f32, n: usize, out: ActsPtr, blk0: usize) {
+    use std::arch::x86_64::*;
+    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT;
+    // SAFETY (whole body): loads read only the n blocks of `x`; stores go to blocks
+    // blk0..blk0 + n of `out` only (masked or sized by n); the caller's contract.
+    unsafe {
+        let load = |j: usize, h: usize| {
+            if j < n {
+                _mm256_loadu_ps(x.add(j * 32 + h))
+            } else {
+                _mm256_setzero_ps()
             }
-            let mut m = [0f32; 8];
-            _mm256_storeu_ps(m.as_mut_ptr(), vmax);
-            let amax = m.iter().fold(0f32, |a, &b| a.max(b));
-            let (id, d) = fmt.scales(amax);
-            let id = _mm256_set1_ps(id);
-            for blk in grp * bps..(grp + 1) * bps {
-                let q: [__m256i; 4] = std::array::from_fn(|k| {
-                    let v = _mm256_loadu_ps(x.as_ptr().add(blk * 32 + 8 * k));
-                    _mm256_min_epi32(
-                        _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v, id)), lo),
-                        hi,
-                    )
-                });
-                let w16 = (
-                    _mm256_packs_epi32(q[0], q[1]),
-                    _mm256_packs_epi32(q[2], q[3]),
-                );
-                let b8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16.0, w16.1), order);
-                _mm256_storeu_si256(out.q.add(blk * 32).cast(), b8);
-                let sum_lo = hsum(_mm256_add_epi32(q[0], q[1]));
-                let sum = sum_lo + hsum(_mm256_add_epi32(q[2], q[3]));
-                out.store(fmt, blk, amax, d, sum, sum_lo);
+        };
+        let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        let absmax = |j: usize| {
+            let m01 = _mm256_max_ps(
+                _mm256_and_ps(load(j, 0), absmask),
+                _mm256_and_ps(load(j, 8), absmask),
+            );
+            let m23 = _mm256_max_ps(
+                _mm256_and_ps(load(j, 16), absmask),
+                _mm256_and_ps(load(j, 24), absmask),
+            );
+            _mm256_max_ps(m01, m23)
+        };
+        let amax = if fmt == ActFormat::Q8K {
+            // One group: its maximum in every lane.
+            let mut m = absmax(0);
+            for j in 1..8 {
+                m = _mm256_max_ps(m, absmax(j));
+            }
+            let m = _mm256_max_ps(m, _mm256_permute2f128_ps::<0x01>(m, m));
+            let m = _mm256_max_ps(m, _mm256_shuffle_ps::<0x4E>(m, m));
+            _mm256_max_ps(m, _mm256_shuffle_ps::<0xB1>(m, m))
+        } else {
+            hmax8(std::array::from_fn(absmax))
+        };
+        // Per lane (block) `ActFormat::scales`, as in `quantize_pass_avx512`.
+        let zero = _mm256_setzero_ps();
+        let nz = _mm256_cmp_ps::<_CMP_NEQ_OQ>(amax, zero);
+        let id = _mm256_and_ps(nz, _mm256_div_ps(_mm256_set1_ps(127.0), amax));
+        let d32 = _mm256_and_ps(nz, _mm256_div_ps(amax, _mm256_set1_ps(127.0)));
+        let d = if fmt == ActFormat::Q8K {
+            _mm256_and_ps(nz, _mm256_div_ps(_mm256_set1_ps(1.0), id))
+        } else {
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<NEAREST>(d32))
+        };
+        let mut ids = [0f32; 8];
+        _mm256_storeu_ps(ids.as_mut_ptr(), id);
+        let lo = _mm256_set1_epi32(-127);
+        // After packs_epi32 then packs_epi16 the 32-bit groups are ordered 0 4 1 5 2 6 3 7.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+        // w[j] lane l = the sum of codes 4l..4l + 3 of block j.
+        let mut w = [_mm256_setzero_si256(); 8];
+        for (j, wj) in w.iter_mut().enumerate().take(n) {
+            let vid = _mm256_set1_ps(ids[j]);
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                _mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(load(j, 8 * k), vid)), lo)
+            });
+            let w16 = (
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let codes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16.0, w16.1), order);
+            _mm256_storeu_si256(out.q.add((blk0 + j) * 32).cast(), codes);
+            *wj = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, codes), ones16);
+        }
+        let (sum_lo, sum) = block_sums8(&w);
+        let valid = _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(n as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        _mm256_maskstore_epi32(out.sum.add(blk0), valid, sum);
+        _mm256_maskstore_epi32(out.sum_lo.add(blk0), valid, sum_lo);
+        _mm256_maskstore_ps(out.d.add(blk0), valid, d);
+        let sumf = _mm256_cvtepi32_ps(sum);
+        let dsum = if fmt == ActFormat::Q8K {
+            _mm256_mul_ps(d, sumf)
+        } else {
+            _mm256_cvtph_ps(_mm256_cvtps_ph::<NEAREST>(_mm256_mul_ps(d32, sumf)))
+        };
+        _mm256_maskstore_ps(out.dsum.add(blk0), valid, dsum);
+        if fmt == ActFormat::Q8K {
+            let mut s = [0i32; 8];
+            _mm256_storeu_si256(s.as_mut_ptr().cast(), sum);
+            for i in 0..4 {
+                *out.sum_pairs.add(blk0 / 2 + i) = pack_i16x2(s[2 * i], s[2 * i + 1]);
             }
         }
     }
+}
+
+/// Lane j = the maximum over the lanes of `m[j]` (7 transposing max steps).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn hmax8(m: [std::arch::x86_64::__m256; 8]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // 8 -> 4: 128-bit half 0 of r[k] holds m[2k]'s 4 partials, half 1 m[2k + 1]'s.
+    let r: [__m256; 4] = std::array::from_fn(|k| {
+        let (a, b) = (m[2 * k], m[2 * k + 1]);
+        _mm256_max_ps(
+            _mm256_permute2f128_ps::<0x20>(a, b),
+            _mm256_permute2f128_ps::<0x31>(a, b),
+        )
+    });
+    // 4 -> 2: in half c of s[k], lanes 0-1 hold m[4k + c]'s 2 partials, lanes 2-3 m[4k + 2 + c]'s.
+    let s: [__m256; 2] = std::array::from_fn(|k| {
+        let (a, b) = (r[2 * k], r[2 * k + 1]);
+        _mm256_max_ps(
+            _mm256_shuffle_ps::<0x44>(a, b),
+            _mm256_shuffle_ps::<0xEE>(a, b),
+        )
+    });
+    // 2 -> 1: lane 4c + e holds m[2e + c]; reorder to lane j = m[j].
+    let v = _mm256_max_ps(
+        _mm256_shuffle_ps::<0x88>(s[0], s[1]),
+        _mm256_shuffle_ps::<0xDD>(s[0], s[1]),
+    );
+    _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// From `w[j]` (lane l = the sum of codes 4l..4l + 3 of block j), per block j the sum of
+/// its first 16 codes (lane j of the first vector) and of all 32 (the second).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn block_sums8(
+    w: &[std::arch::x86_64::__m256i; 8],
+) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i) {
+    use std::arch::x86_64::*;
+    let pair_add = |a: __m256i, b: __m256i| {
+        let (a, b) = (_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
+        _mm256_add_epi32(
+            _mm256_castps_si256(_mm256_shuffle_ps::<0x88>(a, b)),
+            _mm256_castps_si256(_mm256_shuffle_ps::<0xDD>(a, b)),
+        )
+    };
+    let a: [__m256i; 4] = std::array::from_fn(|k| pair_add(w[2 * k], w[2 * k + 1]));
+    // b[k] lane 4c + e = half c of block 4k + e (c = 0: its first 16 codes).
+    let b: [__m256i; 2] = std::array::from_fn(|k| pair_add(a[2 * k], a[2 * k + 1]));
+    let lo = _mm256_permute2x128_si256::<0x20>(b[0], b[1]);
+    let hi = _mm256_permute2x128_si256::<0x31>(b[0], b[1]);
+    (lo, _mm256_add_epi32(lo, hi))
 }
 
 #[cfg(test)]
