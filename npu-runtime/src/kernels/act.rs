@@ -228,7 +228,7 @@ unsafe fn quantize_groups(isa: Isa, fmt: ActFormat, x: &[f32], out: ActsPtr, g0:
     }
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::AvxVnni) {
-        // SAFETY: forwarded from the caller (both tiers imply AVX2).
+        // SAFETY: forwarded from the caller (both tiers imply AVX2 and F16C).
         return unsafe { quantize_avx2(fmt, x, out, g0, g1) };
     }
     let _ = isa;
