@@ -31,6 +31,11 @@ pub struct Args {
     /// `$RAG_MODEL_DIR/repacked` (saves about one model size of disk).
     #[arg(long)]
     pub no_weights_cache: bool,
+    /// Keep only the LM head itself, without the screened copy that lets greedy
+    /// decoding read ~30% fewer of a Q8_0 head's bytes (saves 0.7x the head's size of
+    /// memory).
+    #[arg(long)]
+    pub plain_lm_head: bool,
     /// KV cache precision: f32 (exact) or f16 (half the cache memory and attention
     /// bytes per token; llama.cpp's default).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
@@ -117,6 +122,7 @@ pub fn run(args: Args) -> Result<()> {
             } else {
                 WeightsCache::default_dir()
             },
+            plain_lm_head: args.plain_lm_head,
         },
     )
     .with_context(|| format!("loading {}", path.display()))?;

@@ -68,6 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             WeightsCache::Dir(cache.into())
         },
+        plain_lm_head: args.iter().any(|a| a == "--plain-head"),
     };
     let t_load = Instant::now();
     let model = Model::load(std::path::Path::new(&path), &opts)?;

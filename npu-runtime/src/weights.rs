@@ -4,6 +4,7 @@
 //! feature, which is exactly the `QMatrix` layout. Norm weights and biases become f32.
 
 use crate::error::{Result, RuntimeError};
+use crate::kernels::screen::ArgmaxScreen;
 use crate::kernels::{kernel_supported, QMatrix, ThreadPool};
 use crate::weights_cache::Cached;
 use graphs::config::{layer_tensor_name, ModelConfig};
@@ -35,6 +36,9 @@ pub struct ModelWeights {
     pub output_norm: Vec<f32>,
     /// `None` when tied to `token_embd`.
     pub output: Option<QMatrix>,
+    /// The LM head's screen for argmax-only calls (`kernels::screen`): Q8_0 heads
+    /// only, unless loading asked for a plain head.
+    pub lm_screen: Option<ArgmaxScreen>,
 }
 
 impl ModelWeights {
@@ -79,6 +83,7 @@ impl ModelWeights {
             layers,
             output_norm: vector(f, "output_norm.weight")?,
             output,
+            lm_screen: None,
         };
         w.check_shapes(cfg)?;
         let all_cached = cached.is_some() && !src.repacked.into_inner();
@@ -114,6 +119,7 @@ impl ModelWeights {
     pub fn bytes(&self) -> usize {
         let q = |m: &QMatrix| m.rows() * m.ggml_type().row_bytes(m.cols()).unwrap_or(0);
         let mut n = q(&self.token_embd) + self.output.as_ref().map_or(0, q);
+        n += self.lm_screen.as_ref().map_or(0, ArgmaxScreen::size_bytes);
         for l in &self.layers {
             n += q(&l.wq) + q(&l.wk) + q(&l.wv) + q(&l.wo);
             n += q(&l.w_gate) + q(&l.w_up) + q(&l.w_down);

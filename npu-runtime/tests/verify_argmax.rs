@@ -1,8 +1,11 @@
 //! The argmax-only LM head on real models: `Session::forward_tree_argmax` gives, for
-//! every row of a verify batch, the `argmax` of the logits `forward_tree` returns, and
-//! `matmul_argmax` on a real LM head equals the argmax of the full product on every ISA.
+//! every row of a verify batch, the `argmax` of the logits `forward_tree` returns,
+//! `matmul_argmax` on a real LM head equals the argmax of the full product on every ISA,
+//! and so does the screened head (`kernels::screen`), which greedy decoding of real text
+//! takes (`Session::decode_step_argmax`).
 
 use npu_runtime::kernels::matmul::{matmul_argmax_with_isa, ARGMAX_MAX_TOKENS};
+use npu_runtime::kernels::screen::{screened_argmax, ScreenScratch, SCREEN_MAX_TOKENS};
 use npu_runtime::kernels::{matmul_with_isa, Isa, MatmulScratch, ThreadPool};
 use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
 use std::sync::Arc;
@@ -38,6 +41,9 @@ fn check_session(m: &Arc<Model>) {
     let chain = |n: usize| (0..n as i32).map(|i| i - 1).collect::<Vec<i32>>();
     let trees: Vec<Vec<i32>> = vec![
         chain(1),
+        chain(2),
+        vec![-1, 0, 0],
+        chain(4),
         chain(8),
         chain(16),
         vec![-1, 0, 0, 1, 1, 2, -1, 6, 3],
@@ -82,11 +88,87 @@ fn check_lm_head_every_isa(m: &Arc<Model>) {
     }
 }
 
+/// Greedy decoding of real text: `decode_step_argmax` (the screened head) returns, step
+/// by step, the `argmax` of the logits `decode_step` returns in a twin session.
+fn check_greedy_text(m: &Arc<Model>) {
+    assert!(
+        m.weights().lm_screen.is_some(),
+        "{}: a Q8_0 LM head gets a screen",
+        m.path().display()
+    );
+    let opts = SessionOptions {
+        kv_capacity: 512,
+        ..SessionOptions::default()
+    };
+    let (mut a, mut b) = (
+        Session::new(m.clone(), opts.clone()).unwrap(),
+        Session::new(m.clone(), opts).unwrap(),
+    );
+    let prompts = [
+        "def quicksort(arr):",
+        "The three primary colors of light are",
+        "Q: How do I reset the router to factory settings?\nA:",
+    ];
+    for p in prompts {
+        let toks = m.tokenizer().encode(p, false).unwrap();
+        a.truncate(0).unwrap();
+        b.truncate(0).unwrap();
+        let mut tok = argmax(a.prefill(&toks, 0).unwrap().logits);
+        assert_eq!(tok, argmax(b.prefill(&toks, 0).unwrap().logits));
+        for step in 0..48 {
+            let want = argmax(b.decode_step(tok).unwrap());
+            let got = a.decode_step_argmax(tok).unwrap();
+            assert_eq!(got, want, "{} {p:?} step {step}", m.path().display());
+            tok = got;
+        }
+    }
+}
+
+/// The screened head on the real LM head, every ISA, 1..=4 tokens: peaked inputs (a
+/// row's own weights plus noise, as a confident next token looks) are screened, flat
+/// ones fall back; both give `matmul_argmax`'s ids.
+fn check_screen_every_isa(m: &Arc<Model>) {
+    let (lm, screen) = (
+        m.weights().lm_head(),
+        m.weights().lm_screen.as_ref().unwrap(),
+    );
+    let pool = ThreadPool::new(2);
+    let cols = lm.cols();
+    let mut s = ScreenScratch::new(screen);
+    let mut mm = MatmulScratch::new(SCREEN_MAX_TOKENS, cols);
+    let mut row = vec![0f32; cols];
+    let mut screened = 0;
+    for n in 1..=SCREEN_MAX_TOKENS {
+        for peaked in [true, false] {
+            let mut x = rand_vec(n * cols, 5 + n as u64);
+            if peaked {
+                for (t, xt) in x.chunks_exact_mut(cols).enumerate() {
+                    lm.dequantize_row(1000 + 3001 * t, &mut row);
+                    for (v, w) in xt.iter_mut().zip(&row) {
+                        *v = 0.2 * *v + 400.0 * w;
+                    }
+                }
+            }
+            for isa in Isa::available() {
+                let mut want = vec![0u32; n];
+                matmul_argmax_with_isa(isa, lm, &x, n, &mut want, &mut mm, &pool);
+                let mut got = vec![u32::MAX; n];
+                let st = screened_argmax(isa, screen, lm, &x, n, &mut got, &mut s, &pool);
+                assert_eq!(got, want, "{} {isa:?} n={n} {peaked}", m.path().display());
+                screened += usize::from(!st.fallback);
+            }
+        }
+    }
+    assert!(screened > 0, "no call was screened");
+}
+
 #[test]
 fn smollm2_verify_argmax_equals_argmax_of_logits() {
     if let Some(m) = model("smollm2-135m") {
         check_session(&m);
         check_lm_head_every_isa(&m);
+        check_greedy_text(&m);
+        check_screen_every_isa(&m);
     }
 }
 
@@ -95,5 +177,7 @@ fn qwen05_verify_argmax_equals_argmax_of_logits() {
     if let Some(m) = model("qwen2.5-coder-0.5b") {
         check_session(&m);
         check_lm_head_every_isa(&m);
+        check_greedy_text(&m);
+        check_screen_every_isa(&m);
     }
 }

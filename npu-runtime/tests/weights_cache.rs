@@ -14,6 +14,7 @@ fn load(path: &Path, weights_cache: WeightsCache) -> Arc<Model> {
     let opts = LoadOptions {
         threads: 2,
         weights_cache,
+        ..LoadOptions::default()
     };
     Model::load(path, &opts).unwrap()
 }

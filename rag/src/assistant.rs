@@ -305,6 +305,7 @@ fn load_model_file(opts: &AssistantOptions) -> Result<LoadedModel> {
     let load = LoadOptions {
         threads: opts.threads,
         weights_cache: opts.weights_cache.clone(),
+        ..LoadOptions::default()
     };
     let model = Model::load(&path, &load)?;
     if let Some(w) = model.chat_template().warning() {

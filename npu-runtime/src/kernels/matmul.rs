@@ -94,6 +94,58 @@ impl QMatrix {
         Ok(m)
     }
 
+    /// A `rows x cols` matrix of type `ty` whose row `r` has the ggml bytes
+    /// `row(r, buf)` writes into `buf` (`ty.row_bytes(cols)` long, zeroed), built and
+    /// repacked one row group per pool task: for matrices derived from another one at
+    /// load (the screened LM head), without a whole-matrix ggml copy.
+    pub(crate) fn from_rows(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        pool: &ThreadPool,
+        row: &(dyn Fn(usize, &mut [u8]) + Sync),
+    ) -> Result<QMatrix, KernelError> {
+        let expected = Self::repacked_len(ty, rows, cols)?;
+        let row_bytes = ty.row_bytes(cols).expect("checked by repacked_len");
+        let planes = Planes::new(ty, cols);
+        let gb = planes.group_bytes();
+        let mut lines = vec![Line([0; 64]); expected / 64];
+        pool.for_each_chunk_mut(&mut lines, gb / 64, &|g, chunk| {
+            let r0 = g * GROUP;
+            let n = GROUP.min(rows - r0);
+            let mut buf = vec![0u8; n * row_bytes];
+            for (i, b) in buf.chunks_exact_mut(row_bytes).enumerate() {
+                row(r0 + i, b);
+            }
+            let src: Vec<&[u8]> = buf.chunks_exact(row_bytes).collect();
+            // SAFETY: `Line` is 64 plain bytes with no padding; `chunk` is this
+            // group's `gb / 64` lines, borrowed mutably for this task alone.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<u8>(), chunk.len() * 64)
+            };
+            pack_group(ty, cols, &src, &planes, dst);
+        });
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            planes,
+            data: Storage::Owned(lines),
+        })
+    }
+
+    /// Row `r`'s block `b` of a Q8_0 matrix: its scale and its 32 codes.
+    pub(crate) fn q8_0_block(&self, r: usize, b: usize) -> (f32, [i8; 32]) {
+        assert!(self.ty == GgmlType::Q8_0 && r < self.rows && b < self.cols / 32);
+        let gb = self.planes.group_bytes();
+        let group = &self.bytes()[(r / GROUP) * gb..(r / GROUP + 1) * gb];
+        let mut tile = Tile::default();
+        decode_tile_row(self.ty, &self.planes, group, b, r % GROUP, &mut tile);
+        // Codes are stored biased by 128 (`layout`).
+        let q = tile.codes[r % GROUP].map(|c| (c ^ 0x80) as i8);
+        (tile.scale[r % GROUP], q)
+    }
+
     /// A matrix whose repacked bytes (as [`QMatrix::repacked_bytes`] returned them for the
     /// same type and shape) are `len` bytes at `offset` of `map`. Checks the length and the
     /// 64-byte alignment the kernels' loads assume; the contents are the caller's to vouch
@@ -278,6 +330,14 @@ impl MatmulScratch {
             acts: std::array::from_fn(|_| QuantActs::new(max_tokens, max_cols)),
             best: (0..max_tokens).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+}
+
+impl MatmulScratch {
+    /// The quantized activations for weights of type `ty`, as the last call that
+    /// needed them left them.
+    pub(crate) fn acts_for(&self, ty: GgmlType) -> &QuantActs {
+        &self.acts[ActFormat::for_weights(ty).index()]
     }
 }
 
@@ -717,6 +777,89 @@ struct LaneBest {
     g: [[u32; GROUP]; ARGMAX_MAX_TOKENS],
 }
 
+impl LaneBest {
+    fn new() -> Self {
+        LaneBest {
+            v: [[f32::NEG_INFINITY; GROUP]; ARGMAX_MAX_TOKENS],
+            g: [[0; GROUP]; ARGMAX_MAX_TOKENS],
+        }
+    }
+
+    /// Token `t`'s best (value, row) over the lanes, ties to the lowest row; `None`
+    /// if no lane saw a value above -inf.
+    fn winner(&self, t: usize) -> Option<(f32, usize)> {
+        let (mut bv, mut brow) = (f32::NEG_INFINITY, usize::MAX);
+        for i in 0..GROUP {
+            let (v, row) = (self.v[t][i], self.g[t][i] as usize * GROUP + i);
+            if v > bv || (v == bv && v > f32::NEG_INFINITY && row < brow) {
+                (bv, brow) = (v, row);
+            }
+        }
+        (bv > f32::NEG_INFINITY).then_some((bv, brow))
+    }
+
+    /// The write target of the argmax kernels for `rows` rows.
+    fn output(&mut self, rows: usize) -> Output {
+        Output {
+            dst: self.v.as_mut_ptr().cast(),
+            rows,
+            op: OutOp::Argmax(self.g.as_mut_ptr().cast()),
+        }
+    }
+}
+
+/// [`matmul_argmax`] over the rows of row groups `groups` (ascending, each
+/// `< rows.div_ceil(16)`) only, on one thread: token `n`'s index is that of its
+/// largest output among those rows, ties to the lowest row, NaN never winning, 0
+/// if none is above -inf. Each row's output is the bit pattern [`matmul`] gives it,
+/// so when `groups` hold every row that could be a token's maximum the result is
+/// [`matmul_argmax`]'s (the screened LM head, `screen`).
+pub(crate) fn argmax_in_groups(
+    isa: Isa,
+    w: &QMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    groups: &[u32],
+    out: &mut [u32],
+    scratch: &mut MatmulScratch,
+) {
+    assert!(
+        n_tokens <= ARGMAX_MAX_TOKENS.min(scratch.max_tokens)
+            && w.cols <= scratch.max_cols
+            && x.len() == n_tokens * w.cols
+            && out.len() == n_tokens,
+        "argmax_in_groups: bad shapes"
+    );
+    let n_groups = w.rows.div_ceil(GROUP);
+    assert!(
+        groups.windows(2).all(|p| p[0] < p[1]) && groups.iter().all(|&g| (g as usize) < n_groups),
+        "argmax_in_groups: groups must ascend and exist"
+    );
+    let isa = if isa.is_supported() {
+        isa
+    } else {
+        Isa::Portable
+    };
+    let fmt = ActFormat::for_weights(w.ty);
+    let a = &mut scratch.acts[fmt.index()];
+    if !matches!(w.ty, GgmlType::F32 | GgmlType::F16) {
+        super::act::quantize(isa, fmt, x, a);
+    }
+    let k = Kernel::new(w, n_tokens);
+    let mut l = LaneBest::new();
+    let o = l.output(w.rows);
+    for &g in groups {
+        let g = g as usize;
+        // SAFETY: `o` addresses `l`, `GROUP` lanes per token for n_tokens <=
+        // ARGMAX_MAX_TOKENS tokens, used by this call alone; `isa` is supported; the
+        // groups ascend, as the lanes' first-maximum rule needs.
+        unsafe { run_isa(isa, &k, a, x, g, g + 1, &o) };
+    }
+    for (t, o) in out.iter_mut().enumerate() {
+        *o = l.winner(t).map_or(0, |(_, row)| row as u32);
+    }
+}
+
 /// A token's best (value, row) as one integer whose order is "larger value, then
 /// lower row": `fetch_max` then combines tasks in any order. 0 means none.
 fn pack_best(v: f32, row: usize) -> u64 {
@@ -757,30 +900,16 @@ pub fn matmul_argmax_with_isa(
         let k = Kernel::new(w, n_tokens);
         let n_groups = w.rows.div_ceil(GROUP);
         let (g0, g1) = (j * n_groups / tasks[0], (j + 1) * n_groups / tasks[0]);
-        let mut l = LaneBest {
-            v: [[f32::NEG_INFINITY; GROUP]; ARGMAX_MAX_TOKENS],
-            g: [[0; GROUP]; ARGMAX_MAX_TOKENS],
-        };
+        let mut l = LaneBest::new();
         // The kernels visit a task's groups in ascending order for every token, so a
         // strict `>` per lane keeps each lane's first (lowest-row) maximum.
-        let o = Output {
-            dst: l.v.as_mut_ptr().cast(),
-            rows: w.rows,
-            op: OutOp::Argmax(l.g.as_mut_ptr().cast()),
-        };
+        let o = l.output(w.rows);
         let a = &acts[ActFormat::for_weights(w.ty).index()];
         // SAFETY: `o` addresses this task's own `l`, `GROUP` lanes per token for
         // n_tokens <= ARGMAX_MAX_TOKENS tokens; `isa` is supported.
         unsafe { run_isa(isa, &k, a, x, g0, g1, &o) };
         for (t, b) in best[..n_tokens].iter().enumerate() {
-            let (mut bv, mut brow) = (f32::NEG_INFINITY, usize::MAX);
-            for i in 0..GROUP {
-                let (v, row) = (l.v[t][i], l.g[t][i] as usize * GROUP + i);
-                if v > bv || (v == bv && v > f32::NEG_INFINITY && row < brow) {
-                    (bv, brow) = (v, row);
-                }
-            }
-            if bv > f32::NEG_INFINITY {
+            if let Some((bv, brow)) = l.winner(t) {
                 b.fetch_max(pack_best(bv, brow), Ordering::Relaxed);
             }
         }

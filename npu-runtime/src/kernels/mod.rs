@@ -15,6 +15,7 @@ pub mod matmul;
 pub mod peak;
 pub mod pool;
 mod portable;
+pub mod screen;
 pub mod silu;
 pub mod simd;
 pub mod vector;
