@@ -31,6 +31,10 @@ pub struct Args {
     /// bytes per token; llama.cpp's default).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
     pub kv_cache: String,
+    /// Load the LM head without its screen (`rag generate --plain-lm-head`): greedy
+    /// decoding then reads the whole head, as before the screen.
+    #[arg(long)]
+    pub plain_lm_head: bool,
     /// `cpu`, or `qnn` (per-block timings of the QNN HTP backend; slow in emulation).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "qnn"])]
     pub backend: String,
@@ -224,6 +228,29 @@ fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
+/// The bundled sample corpus, in a fixed order: natural text for greedy decoding.
+const BENCH_TEXT: [&str; 6] = [
+    include_str!("../../examples/sample-corpus/guide/getting-started.md"),
+    include_str!("../../examples/sample-corpus/faq.html"),
+    include_str!("../../examples/sample-corpus/specs.txt"),
+    include_str!("../../examples/sample-corpus/guide/troubleshooting.md"),
+    include_str!("../../examples/sample-corpus/api/client.py"),
+    include_str!("../../examples/sample-corpus/guide/maintenance.md"),
+];
+
+/// [`BENCH_TEXT`] tokenized: at least `DEPTH + 1` tokens.
+fn bench_text_tokens(model: &Model) -> Result<Vec<u32>> {
+    let text = BENCH_TEXT.join("\n\n");
+    let toks = model.tokenizer().encode(&text, false)?;
+    anyhow::ensure!(
+        toks.len() > DEPTH,
+        "the bench text is {} tokens, {} needed",
+        toks.len(),
+        DEPTH + 1
+    );
+    Ok(toks)
+}
+
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -249,8 +276,11 @@ fn session(model: &Arc<Model>, kv_cache: &str) -> Result<Session> {
 
 pub fn run(args: Args) -> Result<()> {
     let path = rag::models::ensure(&args.model)?;
-    let model = Model::load(&path, &LoadOptions::with_threads(args.threads))
-        .with_context(|| format!("loading {}", path.display()))?;
+    let load = LoadOptions {
+        plain_lm_head: args.plain_lm_head,
+        ..LoadOptions::with_threads(args.threads)
+    };
+    let model = Model::load(&path, &load).with_context(|| format!("loading {}", path.display()))?;
     if args.backend == "qnn" {
         let name = path
             .file_name()
@@ -293,6 +323,27 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
 
+    // Greedy decoding as `rag ask` runs it: real text as context, the model's own
+    // argmax fed back, the argmax-only (screened) LM head.
+    let text = bench_text_tokens(&model)?;
+    let mut greedy = serde_json::Map::new();
+    for depth in [0usize, DEPTH] {
+        s.truncate(0)?;
+        let first = npu_runtime::session::argmax(s.prefill(&text[..depth + 1], 0)?.logits);
+        let ms = median_ms(args.reps, || {
+            s.truncate(depth + 1)?;
+            let mut tok = first;
+            for _ in 0..args.decode_tokens {
+                tok = s.decode_step_argmax(tok)?;
+            }
+            Ok(())
+        })?;
+        greedy.insert(
+            depth.to_string(),
+            (args.decode_tokens as f64 / (ms / 1e3)).into(),
+        );
+    }
+
     s.truncate(0)?;
     s.prefill(&toks[..DEPTH], 0)?;
     let mut verify = serde_json::Map::new();
@@ -324,6 +375,7 @@ pub fn run(args: Args) -> Result<()> {
         "threads": model.threads(),
         "prefill_tok_s": prefill,
         "decode_tok_s": decode,
+        "greedy_text_tok_s": greedy,
         "verify_ms": verify,
         "peak_rss_mb": rss,
         "isa": isa,
@@ -333,9 +385,11 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut body = format!(
         "Model `{name}`, {} threads, ISA {isa}, CPU backend, KV cache {}, median of {} runs.\n\n\
-         | prefill T=128 | prefill T=512 | decode @0 | decode @{DEPTH} | peak RSS |\n\
-         |---|---|---|---|---|\n\
-         | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {rss:.0} MB |\n\n\
+         | prefill T=128 | prefill T=512 | decode @0 | decode @{DEPTH} | greedy on text @0 | greedy on text @{DEPTH} | peak RSS |\n\
+         |---|---|---|---|---|---|---|\n\
+         | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {:.1} tok/s | {rss:.0} MB |\n\n\
+         Decode feeds fixed pseudo-random tokens and computes all logits; greedy on text \
+         continues the sample corpus with the model's own argmax, as `rag ask` does.\n\n\
          Verify cost at depth {DEPTH} (one forward of N new tokens, the argmax of each row):\n\n\
          | N | ms | ratio to N=1 |\n|---|---|---|\n",
         model.threads(),
@@ -345,6 +399,8 @@ pub fn run(args: Args) -> Result<()> {
         f(&prefill, "512"),
         f(&decode, "0"),
         f(&decode, &DEPTH.to_string()),
+        f(&greedy, "0"),
+        f(&greedy, &DEPTH.to_string()),
     );
     for (n, ms, r) in rows {
         body.push_str(&format!("| {n} | {ms:.2} | {r:.2} |\n"));

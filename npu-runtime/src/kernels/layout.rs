@@ -81,6 +81,64 @@ pub(crate) fn block_plane_bytes(ty: GgmlType) -> (usize, usize, usize) {
     }
 }
 
+/// Writes into `dst` (a Q5_0 group of `nb` blocks, zeroed) the coarse copy of the Q8_0
+/// group `src` that the screened LM head reads (`screen`): code `u = (q >> 3) + 16`
+/// and scale `8·d` for every code `q` and scale `d`. Works on the packed planes
+/// directly (both formats put code (row i, col 4c+e) at byte 4i+e of the block's
+/// vector c, Q5_0 folding c and c+4 into one byte's nibbles). Returns false if a scale
+/// is negative or not finite, or `8·d` is not exact in f16.
+pub(crate) fn coarse_q5_0_group(nb: usize, src: &[u8], dst: &mut [u8]) -> bool {
+    let (p8, p5) = (
+        Planes::new(GgmlType::Q8_0, nb * 32),
+        Planes::new(GgmlType::Q5_0, nb * 32),
+    );
+    let (codes8, scales8) = (&src[..p8.codes], &src[p8.codes..]);
+    let (codes5, rest) = dst.split_at_mut(p5.codes);
+    let (high5, scales5) = rest.split_at_mut(p5.high);
+    let mut usable = true;
+    for b in 0..nb {
+        let c8 = &codes8[b * 512..(b + 1) * 512];
+        let c5 = &mut codes5[b * 256..(b + 1) * 256];
+        let h5 = &mut high5[b * 64..(b + 1) * 64];
+        for (c, v) in c8.chunks_exact(64).enumerate() {
+            // Stored biased: q + 128, and (q >> 3) + 16 = (q + 128) >> 3.
+            let mut u = [0u8; 64];
+            for (u, &byte) in u.iter_mut().zip(v) {
+                *u = byte >> 3;
+            }
+            let shift = 4 * (c / 4);
+            for (o, &u) in c5[(c % 4) * 64..(c % 4) * 64 + 64].iter_mut().zip(&u) {
+                *o |= (u & 15) << shift;
+            }
+            // Bit 4 of 8 bytes at a time into 8 mask bits (byte j -> bit j).
+            for (w, m) in u.chunks_exact(8).zip(h5[c * 8..c * 8 + 8].iter_mut()) {
+                let bits = (u64::from_le_bytes(w.try_into().unwrap()) >> 4) & 0x0101_0101_0101_0101;
+                *m = (bits.wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8;
+            }
+        }
+        for i in 0..GROUP {
+            let at = b * 32 + 2 * i;
+            let d = f16::from_le_bytes([scales8[at], scales8[at + 1]]).to_f32();
+            let d8 = f16::from_f32(8.0 * d);
+            usable &= d >= 0.0 && d8.to_f32() == 8.0 * d;
+            scales5[at..at + 2].copy_from_slice(&d8.to_le_bytes());
+        }
+    }
+    usable
+}
+
+/// The scales `d` of a Q4_0/Q5_0/Q8_0 group of `nb` blocks into `out`, row-major
+/// (`out[i * nb + b]` for row i, block b; as many rows as `out` holds).
+pub(crate) fn legacy_scales(ty: GgmlType, nb: usize, group: &[u8], out: &mut [f32]) {
+    let p = Planes::new(ty, nb * 32);
+    let scales = &group[p.codes + p.high..];
+    for (i, row) in out.chunks_exact_mut(nb).enumerate() {
+        for (b, d) in row.iter_mut().enumerate() {
+            *d = f16_get(&scales[b * 32..], i);
+        }
+    }
+}
+
 /// Offsets inside a K-quant super-block's 320 scale bytes (see the module docs).
 pub(crate) const Q4K_SC: usize = 64;
 pub(crate) const Q4K_MQ: usize = 192;

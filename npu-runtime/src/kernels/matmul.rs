@@ -94,38 +94,33 @@ impl QMatrix {
         Ok(m)
     }
 
-    /// A `rows x cols` matrix of type `ty` whose row `r` has the ggml bytes
-    /// `row(r, buf)` writes into `buf` (`ty.row_bytes(cols)` long, zeroed), built and
-    /// repacked one row group per pool task: for matrices derived from another one at
-    /// load (the screened LM head), without a whole-matrix ggml copy.
-    pub(crate) fn from_rows(
+    /// A `rows x cols` matrix of type `ty` whose repacked group `g` is what
+    /// `fill(g, src, dst)` writes into `dst` (zeroed) from group `g` of `from`, one group
+    /// per pool task: for matrices derived from another one at load (the screened LM
+    /// head's coarse copy), without a ggml copy. `fill` returns false to fail the build.
+    pub(crate) fn derived(
+        from: &QMatrix,
         ty: GgmlType,
-        rows: usize,
-        cols: usize,
         pool: &ThreadPool,
-        row: &(dyn Fn(usize, &mut [u8]) + Sync),
-    ) -> Result<QMatrix, KernelError> {
-        let expected = Self::repacked_len(ty, rows, cols)?;
-        let row_bytes = ty.row_bytes(cols).expect("checked by repacked_len");
+        fill: &(dyn Fn(&[u8], &mut [u8]) -> bool + Sync),
+    ) -> Option<QMatrix> {
+        let (rows, cols) = (from.rows, from.cols);
+        let len = Self::repacked_len(ty, rows, cols).ok()?;
         let planes = Planes::new(ty, cols);
         let gb = planes.group_bytes();
-        let mut lines = vec![Line([0; 64]); expected / 64];
+        let mut lines = vec![Line([0; 64]); len / 64];
+        let ok = std::sync::atomic::AtomicBool::new(true);
         pool.for_each_chunk_mut(&mut lines, gb / 64, &|g, chunk| {
-            let r0 = g * GROUP;
-            let n = GROUP.min(rows - r0);
-            let mut buf = vec![0u8; n * row_bytes];
-            for (i, b) in buf.chunks_exact_mut(row_bytes).enumerate() {
-                row(r0 + i, b);
-            }
-            let src: Vec<&[u8]> = buf.chunks_exact(row_bytes).collect();
             // SAFETY: `Line` is 64 plain bytes with no padding; `chunk` is this
-            // group's `gb / 64` lines, borrowed mutably for this task alone.
+            // group's `gb / 64` lines, borrowed mutably by this task alone.
             let dst = unsafe {
                 std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<u8>(), chunk.len() * 64)
             };
-            pack_group(ty, cols, &src, &planes, dst);
+            if !fill(from.group(g), dst) {
+                ok.store(false, Ordering::Relaxed);
+            }
         });
-        Ok(QMatrix {
+        ok.into_inner().then_some(QMatrix {
             ty,
             rows,
             cols,
@@ -134,16 +129,10 @@ impl QMatrix {
         })
     }
 
-    /// Row `r`'s block `b` of a Q8_0 matrix: its scale and its 32 codes.
-    pub(crate) fn q8_0_block(&self, r: usize, b: usize) -> (f32, [i8; 32]) {
-        assert!(self.ty == GgmlType::Q8_0 && r < self.rows && b < self.cols / 32);
+    /// Group `g`'s repacked bytes.
+    pub(crate) fn group(&self, g: usize) -> &[u8] {
         let gb = self.planes.group_bytes();
-        let group = &self.bytes()[(r / GROUP) * gb..(r / GROUP + 1) * gb];
-        let mut tile = Tile::default();
-        decode_tile_row(self.ty, &self.planes, group, b, r % GROUP, &mut tile);
-        // Codes are stored biased by 128 (`layout`).
-        let q = tile.codes[r % GROUP].map(|c| (c ^ 0x80) as i8);
-        (tile.scale[r % GROUP], q)
+        &self.bytes()[g * gb..(g + 1) * gb]
     }
 
     /// A matrix whose repacked bytes (as [`QMatrix::repacked_bytes`] returned them for the
@@ -809,11 +798,12 @@ impl LaneBest {
 }
 
 /// [`matmul_argmax`] over the rows of row groups `groups` (ascending, each
-/// `< rows.div_ceil(16)`) only, on one thread: token `n`'s index is that of its
-/// largest output among those rows, ties to the lowest row, NaN never winning, 0
-/// if none is above -inf. Each row's output is the bit pattern [`matmul`] gives it,
-/// so when `groups` hold every row that could be a token's maximum the result is
-/// [`matmul_argmax`]'s (the screened LM head, `screen`).
+/// `< rows.div_ceil(16)`) only: token `n`'s index is that of its largest output among
+/// those rows, ties to the lowest row, NaN never winning, 0 if none is above -inf.
+/// Each row's output is the bit pattern [`matmul`] gives it, so when `groups` hold
+/// every row that could be a token's maximum the result is [`matmul_argmax`]'s (the
+/// screened LM head, `screen`). Many groups are split over the pool.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn argmax_in_groups(
     isa: Isa,
     w: &QMatrix,
@@ -822,6 +812,7 @@ pub(crate) fn argmax_in_groups(
     groups: &[u32],
     out: &mut [u32],
     scratch: &mut MatmulScratch,
+    pool: &ThreadPool,
 ) {
     assert!(
         n_tokens <= ARGMAX_MAX_TOKENS.min(scratch.max_tokens)
@@ -841,22 +832,46 @@ pub(crate) fn argmax_in_groups(
         Isa::Portable
     };
     let fmt = ActFormat::for_weights(w.ty);
-    let a = &mut scratch.acts[fmt.index()];
     if !matches!(w.ty, GgmlType::F32 | GgmlType::F16) {
-        super::act::quantize(isa, fmt, x, a);
+        super::act::quantize(isa, fmt, x, &mut scratch.acts[fmt.index()]);
     }
-    let k = Kernel::new(w, n_tokens);
-    let mut l = LaneBest::new();
-    let o = l.output(w.rows);
-    for &g in groups {
-        let g = g as usize;
-        // SAFETY: `o` addresses `l`, `GROUP` lanes per token for n_tokens <=
-        // ARGMAX_MAX_TOKENS tokens, used by this call alone; `isa` is supported; the
-        // groups ascend, as the lanes' first-maximum rule needs.
-        unsafe { run_isa(isa, &k, a, x, g, g + 1, &o) };
+    for b in &scratch.best[..n_tokens] {
+        b.store(0, Ordering::Relaxed);
     }
-    for (t, o) in out.iter_mut().enumerate() {
-        *o = l.winner(t).map_or(0, |(_, row)| row as u32);
+    let (a, best) = (&scratch.acts[fmt.index()], &scratch.best);
+    // A group is ~15 KB of a 1k-wide Q8_0 head: a pool hand-off (~1-2 us) pays from a
+    // few dozen groups on.
+    let tasks = if groups.len() >= 32 {
+        pool.n_threads()
+    } else {
+        1
+    };
+    let run_part = |j: usize| {
+        let part = &groups[j * groups.len() / tasks..(j + 1) * groups.len() / tasks];
+        let k = Kernel::new(w, n_tokens);
+        let mut l = LaneBest::new();
+        let o = l.output(w.rows);
+        for &g in part {
+            let g = g as usize;
+            // SAFETY: `o` addresses this task's own `l`, `GROUP` lanes per token for
+            // n_tokens <= ARGMAX_MAX_TOKENS tokens; `isa` is supported; the groups
+            // ascend, as the lanes' first-maximum rule needs.
+            unsafe { run_isa(isa, &k, a, x, g, g + 1, &o) };
+        }
+        for (t, b) in best[..n_tokens].iter().enumerate() {
+            if let Some((bv, brow)) = l.winner(t) {
+                b.fetch_max(pack_best(bv, brow), Ordering::Relaxed);
+            }
+        }
+    };
+    if tasks > 1 {
+        pool.parallel_for(tasks, &run_part);
+    } else {
+        run_part(0);
+    }
+    for (o, b) in out.iter_mut().zip(&scratch.best[..n_tokens]) {
+        let p = b.load(Ordering::Relaxed);
+        *o = if p == 0 { 0 } else { !(p as u32) };
     }
 }
 

@@ -29,12 +29,11 @@
 //! Anything odd (a non-finite output, too many rows left) falls back to the full head.
 
 use super::ggml::GgmlType;
+use super::layout::{coarse_q5_0_group, legacy_scales};
 use super::matmul::{argmax_in_groups, matmul_argmax_with_isa, matmul_with_isa};
 use super::pool::ThreadPool;
 use super::simd::Isa;
 use super::{MatmulScratch, QMatrix};
-use half::f16;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Rows per kernel group (`layout::GROUP`).
 const GROUP: usize = 16;
@@ -45,6 +44,11 @@ const LANES: usize = 16;
 const MAX_BLOCKS: usize = 2048;
 /// The bounds' scale-up for their own f32 rounding (relative error <= nb·2^-24).
 const K: f32 = 1.0 + 1.0 / 1024.0;
+/// Most calls skipped after a run of fallbacks: after `k` fallbacks in a row the next
+/// `2^k - 1` calls (at most this many) take the full head directly. Flat outputs (text
+/// the model finds random) come in runs, so this bounds the wasted coarse passes to
+/// about one call in 32 there, while an isolated fallback costs one skipped call.
+const MAX_BACKOFF: u32 = 31;
 /// Most tokens per screened call (more go through the full head): from 8 rows on the
 /// head is compute-bound and the screen no longer pays (KERNELS.md 85).
 pub const SCREEN_MAX_TOKENS: usize = 4;
@@ -53,8 +57,9 @@ pub const SCREEN_MAX_TOKENS: usize = 4;
 pub struct ArgmaxScreen {
     /// `h = q >> 3` as Q5_0 with scale `8·d`.
     coarse: QMatrix,
-    /// Per row, its `nb` block scales `d` (row-major; read for candidates only).
-    scales: Vec<f16>,
+    /// Per row, its `nb` block scales `d` as f32 (row-major; read for the rows the loose
+    /// pass keeps, thousands of them when the outputs are flat, so no f16 conversions).
+    scales: Vec<f32>,
     /// Per row, its largest block scale.
     dmax: Vec<f32>,
     nb: usize,
@@ -69,32 +74,16 @@ impl ArgmaxScreen {
         if head.ggml_type() != GgmlType::Q8_0 || nb > MAX_BLOCKS {
             return None;
         }
-        let usable = AtomicBool::new(true);
-        let coarse = QMatrix::from_rows(GgmlType::Q5_0, rows, cols, pool, &|r, out| {
-            for (b, blk) in out.chunks_exact_mut(22).enumerate() {
-                let (d, q) = head.q8_0_block(r, b);
-                let d8 = f16::from_f32(8.0 * d);
-                if !(d >= 0.0 && d8.to_f32() == 8.0 * d) {
-                    usable.store(false, Ordering::Relaxed);
-                }
-                write_q5_0_block(d8, &q.map(|v| (v >> 3) + 16), blk);
-            }
-        })
-        .ok()?;
-        if !usable.into_inner() {
-            return None;
-        }
-        let mut scales = vec![f16::ZERO; rows * nb];
+        let coarse = QMatrix::derived(head, GgmlType::Q5_0, pool, &|src, dst| {
+            coarse_q5_0_group(nb, src, dst)
+        })?;
+        let mut scales = vec![0f32; rows * nb];
         pool.for_each_chunk_mut(&mut scales, GROUP * nb, &|g, chunk| {
-            for (i, row) in chunk.chunks_exact_mut(nb).enumerate() {
-                for (b, s) in row.iter_mut().enumerate() {
-                    *s = f16::from_f32(head.q8_0_block(g * GROUP + i, b).0);
-                }
-            }
+            legacy_scales(GgmlType::Q8_0, nb, head.group(g), chunk)
         });
         let dmax = scales
             .chunks_exact(nb)
-            .map(|r| r.iter().fold(0f32, |m, d| m.max(d.to_f32())))
+            .map(|r| r.iter().fold(0f32, |m, &d| m.max(d)))
             .collect();
         Some(ArgmaxScreen {
             coarse,
@@ -106,7 +95,7 @@ impl ArgmaxScreen {
 
     /// Bytes held.
     pub fn size_bytes(&self) -> usize {
-        self.coarse.size_bytes() + 2 * self.scales.len() + 4 * self.dmax.len()
+        self.coarse.size_bytes() + 4 * (self.scales.len() + self.dmax.len())
     }
 
     pub fn rows(&self) -> usize {
@@ -115,20 +104,6 @@ impl ArgmaxScreen {
 
     pub fn cols(&self) -> usize {
         self.coarse.cols()
-    }
-}
-
-/// One ggml Q5_0 block (f16 d, 32 high bits, 16 bytes of low nibbles) of codes
-/// `u` in [0, 31] (value `u - 16`).
-fn write_q5_0_block(d: f16, u: &[i8; 32], out: &mut [u8]) {
-    out[..2].copy_from_slice(&d.to_le_bytes());
-    let mut qh = 0u32;
-    for (k, &c) in u.iter().enumerate() {
-        qh |= ((c as u32 >> 4) & 1) << k;
-    }
-    out[2..6].copy_from_slice(&qh.to_le_bytes());
-    for k in 0..16 {
-        out[6 + k] = (u[k] as u8 & 15) | (u[k + 16] as u8 & 15) << 4;
     }
 }
 
@@ -148,31 +123,47 @@ pub struct ScreenScratch {
     coarse: Vec<f32>,
     /// Per token, the per-block bound factors `da·(7·P + γ·(P + N))` then `..N..`.
     factors: Vec<f32>,
-    /// Rows the loose pass keeps, at most `max_rows` per token.
+    /// Rows the loose pass keeps, at most `max_rows` per token, and their exact upper
+    /// bounds.
     rows_left: Vec<u32>,
+    upper: Vec<f32>,
     max_rows: usize,
     /// Candidate row groups of all tokens (ascending once sorted).
     groups: Vec<u32>,
     /// The matmul scratch of the coarse matmul and the exact groups.
     mm: MatmulScratch,
+    /// Calls left to skip, and fallbacks in a row ([`MAX_BACKOFF`]).
+    backoff: u32,
+    fallbacks: u32,
 }
 
 impl ScreenScratch {
     pub fn new(screen: &ArgmaxScreen) -> Self {
         let rows = screen.rows();
         let t = SCREEN_MAX_TOKENS;
-        // Past 1/16 of the rows (~9500 of 152k) the exact scales' random reads and the
-        // exact groups approach the full head's cost.
-        let max_rows = (rows / 16).max(GROUP);
+        // Past 1/8 of the rows (~19k of 152k) the exact scales' reads and the exact
+        // groups approach the full head's cost.
+        let max_rows = (rows / 8).max(GROUP);
         ScreenScratch {
             rows,
             coarse: vec![0.0; t * rows],
             factors: vec![0.0; 2 * t * screen.nb],
             rows_left: Vec::with_capacity(max_rows),
+            upper: Vec::with_capacity(max_rows),
             max_rows,
             groups: Vec::with_capacity(t * rows.div_ceil(GROUP)),
             mm: MatmulScratch::new(t, screen.cols()),
+            backoff: 0,
+            fallbacks: 0,
         }
+    }
+
+    /// Whether the next argmax call should take the screen: false for a while after
+    /// calls that fell back to the full head ([`MAX_BACKOFF`]).
+    pub fn try_screen(&mut self) -> bool {
+        let skip = self.backoff > 0;
+        self.backoff = self.backoff.saturating_sub(1);
+        !skip
     }
 }
 
@@ -226,15 +217,8 @@ pub fn screened_argmax(
     for t in 0..n_tokens {
         let a = &s.coarse[t * rows..(t + 1) * rows];
         let (pos, neg) = s.factors[2 * t * nb..(2 * t + 2) * nb].split_at(nb);
-        let kept = candidates(
-            screen,
-            a,
-            pos,
-            neg,
-            s.max_rows,
-            &mut s.rows_left,
-            &mut s.groups,
-        );
+        let left = (&mut s.rows_left, &mut s.upper);
+        let kept = candidates(screen, a, pos, neg, s.max_rows, left, &mut s.groups);
         match kept {
             Some(n) => stats.loose_rows += n,
             None => {
@@ -246,11 +230,14 @@ pub fn screened_argmax(
     if ok {
         s.groups.sort_unstable();
         s.groups.dedup();
-        argmax_in_groups(isa, head, x, n_tokens, &s.groups, out, &mut s.mm);
+        argmax_in_groups(isa, head, x, n_tokens, &s.groups, out, &mut s.mm, pool);
         stats.exact_groups = s.groups.len();
+        s.fallbacks = 0;
     } else {
         matmul_argmax_with_isa(isa, head, x, n_tokens, out, &mut s.mm, pool);
         stats.fallback = true;
+        s.fallbacks = (s.fallbacks + 1).min(5);
+        s.backoff = ((1 << s.fallbacks) - 1).min(MAX_BACKOFF);
     }
     stats
 }
@@ -284,7 +271,7 @@ fn candidates(
     pos: &[f32],
     neg: &[f32],
     max_rows: usize,
-    kept: &mut Vec<u32>,
+    (kept, upper): (&mut Vec<u32>, &mut Vec<f32>),
     groups: &mut Vec<u32>,
 ) -> Option<usize> {
     // Loose bounds: d_b <= dmax, so E± <= dmax·Σ_b factor±_b.
@@ -299,17 +286,27 @@ fn candidates(
     // Exact bounds of the kept rows; the threshold over them is still a lower bound
     // of every maximum.
     let nb = screen.nb;
-    let exact = |r: u32, f: &[f32]| -> f32 {
+    upper.clear();
+    let mut t_exact = f32::NEG_INFINITY;
+    for (i, &r) in kept.iter().enumerate() {
+        // The kept rows are scattered over the scales: ask for a later row's early, or
+        // each row waits a DRAM round trip.
+        if let Some(&ahead) = kept.get(i + PREFETCH_ROWS) {
+            prefetch(&screen.scales[ahead as usize * nb..(ahead as usize + 1) * nb]);
+        }
         let d = &screen.scales[r as usize * nb..(r as usize + 1) * nb];
-        K * d.iter().zip(f).map(|(d, f)| d.to_f32() * f).sum::<f32>()
-    };
-    let t_exact = kept
-        .iter()
-        .map(|&r| a[r as usize] - exact(r, neg))
-        .fold(f32::NEG_INFINITY, f32::max);
+        let (mut ep, mut en) = (0f32, 0f32);
+        for ((&d, &p), &n) in d.iter().zip(pos).zip(neg) {
+            ep += d * p;
+            en += d * n;
+        }
+        let ar = a[r as usize];
+        upper.push(ar + K * ep);
+        t_exact = t_exact.max(ar - K * en);
+    }
     let start = groups.len();
-    for &r in kept.iter() {
-        if a[r as usize] + exact(r, pos) >= t_exact {
+    for (&r, &hi) in kept.iter().zip(upper.iter()) {
+        if hi >= t_exact {
             let g = r / GROUP as u32;
             if groups.len() == start || groups[groups.len() - 1] != g {
                 groups.push(g);
@@ -317,6 +314,26 @@ fn candidates(
         }
     }
     Some(kept.len())
+}
+
+/// Kept rows whose scales are requested ahead of use.
+const PREFETCH_ROWS: usize = 16;
+
+/// Asks for the cache lines of `v` (a hint: no effect on results).
+#[inline(always)]
+fn prefetch(v: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in v.chunks(16) {
+        // SAFETY: a prefetch hint for an address inside a live slice; it reads and
+        // writes nothing architecturally and cannot fault.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
 }
 
 /// `max_r (a_r - dmax_r·c)` and whether every `a_r` is finite.
@@ -385,6 +402,49 @@ mod tests {
     use super::*;
     use crate::kernels::matmul::matmul_argmax_with_isa;
     use crate::test_rng::uniform;
+    use half::f16;
+
+    /// One ggml Q5_0 block (f16 d, 32 high bits, 16 bytes of low nibbles) of codes
+    /// `u` in [0, 31] (value `u - 16`).
+    fn q5_0_block(d: f16, u: &[u8; 32], out: &mut [u8]) {
+        out[..2].copy_from_slice(&d.to_le_bytes());
+        let mut qh = 0u32;
+        for (k, &c) in u.iter().enumerate() {
+            qh |= u32::from(c >> 4 & 1) << k;
+        }
+        out[2..6].copy_from_slice(&qh.to_le_bytes());
+        for k in 0..16 {
+            out[6 + k] = (u[k] & 15) | (u[k + 16] & 15) << 4;
+        }
+    }
+
+    /// The coarse copy, built on the packed planes, is byte for byte the repacking of
+    /// the ggml Q5_0 matrix of `h = q >> 3` and `8·d` (partial last group included), and
+    /// the row scales are the ggml ones.
+    #[test]
+    fn coarse_copy_equals_repacked_ggml_reference() {
+        let mut seed = 9;
+        for (rows, cols) in [(16 * 5, 64), (16 * 7 + 9, 96), (3, 32)] {
+            let bytes = random_q8_0(rows, cols, &mut seed);
+            let head = QMatrix::from_ggml(GgmlType::Q8_0, rows, cols, &bytes).unwrap();
+            let mut q5 = vec![0u8; rows * cols / 32 * 22];
+            for (src, dst) in bytes.chunks_exact(34).zip(q5.chunks_exact_mut(22)) {
+                let d = f16::from_le_bytes([src[0], src[1]]).to_f32();
+                let u = std::array::from_fn(|k| ((src[2 + k] as i8 >> 3) + 16) as u8);
+                q5_0_block(f16::from_f32(8.0 * d), &u, dst);
+            }
+            let want = QMatrix::from_ggml(GgmlType::Q5_0, rows, cols, &q5).unwrap();
+            for threads in [1, 3] {
+                let screen = ArgmaxScreen::build(&head, &ThreadPool::new(threads)).unwrap();
+                assert_eq!(screen.coarse.repacked_bytes(), want.repacked_bytes());
+                let d: Vec<f32> = bytes
+                    .chunks_exact(34)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect();
+                assert_eq!(screen.scales, d);
+            }
+        }
+    }
 
     /// Q8_0 ggml bytes of `rows` random rows (scales of 0.002-0.006, all codes).
     fn random_q8_0(rows: usize, cols: usize, seed: &mut u64) -> Vec<u8> {
@@ -412,8 +472,8 @@ mod tests {
     /// head's, on a head whose winning rows are near-ties: each token's x is a row's own
     /// weights (plus noise), and that row also appears as an exact copy further down (a
     /// tie: the lower row must win), as a copy whose low bits differ (same coarse value,
-    /// different exact one) and as a copy with one code one step higher; half the
-    /// tokens get noise-only x (flat outputs: the fallback must be right too).
+    /// different exact one) and as a copy with one code one step higher; other tokens
+    /// get noise-only x or zeros (every row tied: the fallback must be right too).
     #[test]
     fn screened_argmax_equals_full_argmax() {
         let mut seed = 7;
@@ -446,11 +506,14 @@ mod tests {
                     let mut x = Vec::with_capacity(n * cols);
                     for t in 0..n {
                         let noise = uniform(&mut seed, cols);
-                        if (round + t) % 2 == 0 {
-                            let w = row_f32(&bytes, cols, winners[(round + t) % 3]);
-                            x.extend(w.iter().zip(&noise).map(|(w, e)| 300.0 * w + 0.05 * e));
-                        } else {
-                            x.extend(noise);
+                        match (round + t) % 3 {
+                            0 => {
+                                let w = row_f32(&bytes, cols, winners[(round + t) / 3 % 3]);
+                                x.extend(w.iter().zip(&noise).map(|(w, e)| 300.0 * w + 0.05 * e));
+                            }
+                            1 => x.extend(noise),
+                            // Every output 0: all rows tie, far too many to screen.
+                            _ => x.extend(std::iter::repeat_n(0.0, cols)),
                         }
                     }
                     for isa in Isa::available() {
