@@ -110,7 +110,12 @@ pub fn run(args: Args) -> Result<()> {
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
          repetitions. {ours_text}{kv_text}llama.cpp is llama-cpp-python 0.3.36 ({}) in a virtualenv \
          outside the repo. Memory read bandwidth measured in this run: {bw:.1} GB/s (best of \
-         {count} probes, one before every round); {peak_text}.\n\n",
+         {count} probes, one before every round); {peak_text}. Decode rows feed fixed \
+         pseudo-random tokens and compute all logits in both engines; the greedy rows \
+         continue the bundled sample corpus with the model's own argmax, as `rag ask` does, \
+         where ours takes the screened LM head (`npu-runtime/KERNELS.md` 85) and \
+         llama.cpp's cost is its decode row's (it computes the same logits whatever the \
+         tokens); their share of the floor is against the same file bytes.\n\n",
         args.threads, args.rounds, args.reps, args.peer_build
     );
     for (file, ours, peer) in measured {

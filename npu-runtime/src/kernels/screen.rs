@@ -49,6 +49,10 @@ const K: f32 = 1.0 + 1.0 / 1024.0;
 /// the model finds random) come in runs, so this bounds the wasted coarse passes to
 /// about one call in 32 there, while an isolated fallback costs one skipped call.
 const MAX_BACKOFF: u32 = 31;
+/// Smallest head (rows x cols) a model gets a screen for: SmolLM2-135M's 28M-weight
+/// head (30 MB, a third of the step's bytes) measured no faster screened, the
+/// 0.5B's 136M one 10-25% faster per greedy step (KERNELS.md 85).
+pub const MIN_SCREENED_WEIGHTS: usize = 64 << 20;
 /// Most tokens per screened call (more go through the full head): from 8 rows on the
 /// head is compute-bound and the screen no longer pays (KERNELS.md 85).
 pub const SCREEN_MAX_TOKENS: usize = 4;
