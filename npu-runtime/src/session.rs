@@ -8,12 +8,13 @@ use crate::kernels::screen::{ArgmaxScreen, MIN_SCREENED_WEIGHTS};
 use crate::kernels::ThreadPool;
 use crate::kv_cache::KvCache;
 pub use crate::kv_cache::KvPrecision;
-use crate::weights::ModelWeights;
+use crate::weights::{ModelWeights, SCREEN_COARSE};
 use crate::weights_cache::{self, CacheOutcome, WeightsCache};
 use graphs::chat::ChatTemplate;
 use graphs::config::ModelConfig;
 use graphs::gguf::GgufFile;
 use graphs::ir::{cover_with_shapes, decode_shape_for, BlockSpec, GraphShape, DECODE_SHAPES};
+use graphs::quant::GgmlType;
 use graphs::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -108,10 +109,24 @@ impl Model {
         let cached = cache_dir
             .as_ref()
             .and_then(|(dir, key)| weights_cache::open(dir, path, *key.as_ref().ok()?));
-        let (mut weights, all_cached) = ModelWeights::load(&f, &config, &pool, cached.as_ref())?;
+        let (mut weights, mut all_cached) =
+            ModelWeights::load(&f, &config, &pool, cached.as_ref())?;
         let head = weights.lm_head();
         if !opts.plain_lm_head && head.rows() * head.cols() >= MIN_SCREENED_WEIGHTS {
-            weights.lm_screen = ArgmaxScreen::build(head, &pool);
+            let (rows, cols) = (head.rows(), head.cols());
+            let coarse = cached
+                .as_ref()
+                .and_then(|c| c.matrix(SCREEN_COARSE, GgmlType::Q5_0, rows, cols));
+            weights.lm_screen = match coarse {
+                Some(m) => ArgmaxScreen::with_coarse(head, m, &pool),
+                None => {
+                    let s = ArgmaxScreen::build(head, &pool);
+                    // A cache without the coarse copy (written by a plain-head load or
+                    // an older build) is rewritten with it.
+                    all_cached &= s.is_none();
+                    s
+                }
+            };
         }
         // After a repack, the cache is written by a background thread once the model is
         // built (a first run does not wait for a ~1 GB write and sync before answering).

@@ -13,6 +13,10 @@ use graphs::quant::GgmlType;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+/// The cache name of the LM head screen's coarse copy (no GGUF tensor has a name
+/// without a `.weight`/`.bias` suffix like this one).
+pub const SCREEN_COARSE: &str = "lm_head.screen_coarse";
+
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
     pub wq: QMatrix,
@@ -90,11 +94,15 @@ impl ModelWeights {
         Ok((w, all_cached))
     }
 
-    /// Every matrix with its GGUF tensor name (what a repacked-weights cache stores).
+    /// Every matrix with its GGUF tensor name (what a repacked-weights cache stores),
+    /// and the LM head screen's coarse copy as [`SCREEN_COARSE`].
     pub fn named_matrices(&self) -> Vec<(String, &QMatrix)> {
         let mut v = vec![("token_embd.weight".to_string(), &self.token_embd)];
         if let Some(o) = &self.output {
             v.push(("output.weight".to_string(), o));
+        }
+        if let Some(s) = &self.lm_screen {
+            v.push((SCREEN_COARSE.to_string(), s.coarse()));
         }
         for (l, w) in self.layers.iter().enumerate() {
             let named = [

@@ -47,6 +47,59 @@ fn cached_weights_give_the_same_model() {
         logits(&second) == want,
         "cached weights differ from repacked ones"
     );
+    // The LM head's screen comes from the cache too, the same bytes.
+    let coarse = |m: &Model| {
+        let s = m
+            .weights()
+            .lm_screen
+            .as_ref()
+            .expect("the 0.5B's head gets a screen");
+        s.coarse().repacked_bytes().to_vec()
+    };
+    assert!(coarse(&second) == coarse(&first), "cached screen differs");
+}
+
+/// A cache written without the LM head's screen (a plain-head load, an older build) is
+/// rewritten with it by the first load that builds one, and hit after that.
+#[test]
+fn a_cache_without_the_screen_is_rewritten_with_it() {
+    let Some(path) = model("qwen2.5-coder-0.5b") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = cache_path(dir.path(), &path);
+    let load_with = |plain_lm_head: bool| {
+        let opts = LoadOptions {
+            threads: 2,
+            weights_cache: WeightsCache::Dir(dir.path().to_path_buf()),
+            plain_lm_head,
+        };
+        Model::load(&path, &opts).unwrap()
+    };
+    let plain = load_with(true);
+    assert!(plain.weights().lm_screen.is_none());
+    assert_eq!(
+        plain.wait_weights_cache(),
+        CacheOutcome::Written(file.clone())
+    );
+    let screened = load_with(false);
+    assert!(screened.weights().lm_screen.is_some());
+    assert_eq!(
+        screened.weights_cache(),
+        CacheOutcome::Writing(file.clone())
+    );
+    assert_eq!(
+        screened.wait_weights_cache(),
+        CacheOutcome::Written(file.clone())
+    );
+    let again = load_with(false);
+    assert!(again.weights().lm_screen.is_some());
+    assert_eq!(again.weights_cache(), CacheOutcome::Hit(file));
+    // A plain-head load is served by a cache that holds more than it needs.
+    assert_eq!(
+        load_with(true).weights_cache(),
+        CacheOutcome::Hit(cache_path(dir.path(), &path))
+    );
 }
 
 /// A cache that does not match its model is ignored and rewritten.

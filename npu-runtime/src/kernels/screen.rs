@@ -34,6 +34,7 @@ use super::matmul::{argmax_in_groups, matmul_argmax_with_isa, matmul_with_isa};
 use super::pool::ThreadPool;
 use super::simd::Isa;
 use super::{MatmulScratch, QMatrix};
+use half::f16;
 
 /// Rows per kernel group (`layout::GROUP`).
 const GROUP: usize = 16;
@@ -73,18 +74,37 @@ impl ArgmaxScreen {
     /// The screen of `head`, or `None` if it has none: not Q8_0, too wide, or a block
     /// scale that is negative, non-finite or too large for `8·d` to be exact in f16.
     pub fn build(head: &QMatrix, pool: &ThreadPool) -> Option<ArgmaxScreen> {
-        let (rows, cols) = (head.rows(), head.cols());
-        let nb = cols / 32;
+        let nb = head.cols() / 32;
         if head.ggml_type() != GgmlType::Q8_0 || nb > MAX_BLOCKS {
             return None;
         }
         let coarse = QMatrix::derived(head, GgmlType::Q5_0, pool, &|src, dst| {
             coarse_q5_0_group(nb, src, dst)
         })?;
+        Self::with_coarse(head, coarse, pool)
+    }
+
+    /// The screen of `head` around a coarse copy [`ArgmaxScreen::build`] made earlier
+    /// for the same head (a repacked-weights cache holds it, `weights_cache`); `None` as
+    /// for `build`, or if `coarse` has the wrong type or shape.
+    pub fn with_coarse(head: &QMatrix, coarse: QMatrix, pool: &ThreadPool) -> Option<Self> {
+        let (rows, cols) = (head.rows(), head.cols());
+        let nb = cols / 32;
+        let fits =
+            coarse.ggml_type() == GgmlType::Q5_0 && (coarse.rows(), coarse.cols()) == (rows, cols);
+        if head.ggml_type() != GgmlType::Q8_0 || nb > MAX_BLOCKS || !fits {
+            return None;
+        }
         let mut scales = vec![0f32; rows * nb];
         pool.for_each_chunk_mut(&mut scales, GROUP * nb, &|g, chunk| {
             legacy_scales(GgmlType::Q8_0, nb, head.group(g), chunk)
         });
+        // The bound needs d >= 0, and 8·d exact in f16 (`coarse_q5_0_group` checks the
+        // same when it makes the copy; a cached copy skipped that).
+        let usable = |d: f32| d >= 0.0 && f16::from_f32(8.0 * d).to_f32() == 8.0 * d;
+        if !scales.iter().all(|&d| usable(d)) {
+            return None;
+        }
         let dmax = scales
             .chunks_exact(nb)
             .map(|r| r.iter().fold(0f32, |m, &d| m.max(d)))
@@ -95,6 +115,11 @@ impl ArgmaxScreen {
             dmax,
             nb,
         })
+    }
+
+    /// The coarse copy (what a repacked-weights cache stores).
+    pub fn coarse(&self) -> &QMatrix {
+        &self.coarse
     }
 
     /// Bytes held.
@@ -406,7 +431,6 @@ mod tests {
     use super::*;
     use crate::kernels::matmul::matmul_argmax_with_isa;
     use crate::test_rng::uniform;
-    use half::f16;
 
     /// One ggml Q5_0 block (f16 d, 32 high bits, 16 bytes of low nibbles) of codes
     /// `u` in [0, 31] (value `u - 16`).
