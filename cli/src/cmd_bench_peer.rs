@@ -113,8 +113,8 @@ pub fn run(args: Args) -> Result<()> {
          {count} probes, one before every round); {peak_text}. Decode rows feed fixed \
          pseudo-random tokens and compute all logits in both engines; the greedy rows \
          continue the bundled sample corpus with the model's own argmax, as `rag ask` does, \
-         where ours takes the screened LM head (`npu-runtime/KERNELS.md` 85) and \
-         llama.cpp's cost is its decode row's (it computes the same logits whatever the \
+         where ours takes the screened LM head if the model has one (a Q8_0 head of 64M+ \
+         weights, `npu-runtime/KERNELS.md` 85) and llama.cpp's cost is its decode row's (it computes the same logits whatever the \
          tokens); their share of the floor is against the same file bytes.\n\n",
         args.threads, args.rounds, args.reps, args.peer_build
     );
