@@ -120,7 +120,7 @@ pub(crate) fn coarse_q5_0_group(nb: usize, src: &[u8], dst: &mut [u8]) -> bool {
             let at = b * 32 + 2 * i;
             let d = f16::from_le_bytes([scales8[at], scales8[at + 1]]).to_f32();
             let d8 = f16::from_f32(8.0 * d);
-            usable &= d >= 0.0 && d8.to_f32() == 8.0 * d;
+            usable &= d >= 0.0 && d.is_finite() && d8.to_f32() == 8.0 * d;
             scales5[at..at + 2].copy_from_slice(&d8.to_le_bytes());
         }
     }

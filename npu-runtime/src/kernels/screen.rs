@@ -24,8 +24,9 @@
 //! exactly, by the same kernel as the full head: the argmax (ties to the lowest row)
 //! is bit-for-bit [`matmul_argmax`]'s. Two stages keep that cheap: a loose pass over
 //! all rows with `d_b` replaced by the row's largest scale (`dmax`, one float per row)
-//! keeps ~1% of the rows, and the exact `E±` of those (their scales, one 64-byte line
-//! per row) leaves a median of ~2 row groups on Qwen2.5-0.5B decoding real text.
+//! typically keeps ~1% of the rows, and the exact `E±` of those (their f32 scales, 112
+//! bytes per row on Qwen2.5-0.5B) leaves a median of ~2 row groups there decoding
+//! confident text (~160 on flatter text; KERNELS.md 85).
 //! Anything odd (a non-finite output, too many rows left) falls back to the full head.
 
 use super::ggml::GgmlType;
@@ -101,7 +102,8 @@ impl ArgmaxScreen {
         });
         // The bound needs d >= 0, and 8·d exact in f16 (`coarse_q5_0_group` checks the
         // same when it makes the copy; a cached copy skipped that).
-        let usable = |d: f32| d >= 0.0 && f16::from_f32(8.0 * d).to_f32() == 8.0 * d;
+        let usable =
+            |d: f32| d >= 0.0 && d.is_finite() && f16::from_f32(8.0 * d).to_f32() == 8.0 * d;
         if !scales.iter().all(|&d| usable(d)) {
             return None;
         }
@@ -696,7 +698,7 @@ mod tests {
             &pool
         )
         .is_some());
-        for d in [-0.001f32, 10000.0, f32::NAN] {
+        for d in [-0.001f32, 10000.0, f32::NAN, f32::INFINITY] {
             let mut bytes = good.clone();
             bytes[34 * 5..34 * 5 + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
             let head = QMatrix::from_ggml(GgmlType::Q8_0, rows, cols, &bytes).unwrap();
