@@ -79,9 +79,9 @@ pub struct CpuBackend {
     model: Arc<Model>,
     rope: Arc<RopeTable>,
     kv_capacity: usize,
-    /// The screened LM head's buffers (`kernels::screen`), shared by this backend's
-    /// graphs and made on first use: they hold a few rows of vocabulary-sized floats.
-    screen: std::sync::Mutex<Option<ScreenScratch>>,
+    /// The screened LM head's buffers (`kernels::screen`) if the model has a screen,
+    /// shared by this backend's graphs: a few rows of vocabulary-sized floats.
+    screen: Option<std::sync::Mutex<ScreenScratch>>,
 }
 
 impl CpuBackend {
@@ -98,11 +98,13 @@ impl CpuBackend {
             kv_capacity,
             layout,
         ));
+        let screen = model.weights().lm_screen.as_ref();
+        let screen = screen.map(|s| std::sync::Mutex::new(ScreenScratch::new(s)));
         CpuBackend {
             model,
             rope,
             kv_capacity,
-            screen: std::sync::Mutex::new(None),
+            screen,
         }
     }
 
@@ -377,12 +379,12 @@ impl CpuBackend {
                 if out.len() < rows {
                     return Err(RuntimeError::Backend("argmax buffer too small".into()));
                 }
-                let screened = match &w.lm_screen {
+                let screened = match (&w.lm_screen, &self.screen) {
                     // A few rows: the screened head reads ~35% fewer bytes for the
                     // same argmax (from 8 rows on the head is compute-bound).
-                    Some(screen) if rows <= SCREEN_MAX_TOKENS => {
-                        let mut guard = self.screen.lock().unwrap_or_else(|e| e.into_inner());
-                        let s = guard.get_or_insert_with(|| ScreenScratch::new(screen));
+                    (Some(screen), Some(s)) if rows <= SCREEN_MAX_TOKENS => {
+                        let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+                        let s = &mut *s;
                         let oc = &mut out[..rows];
                         s.try_screen() && {
                             screened_argmax(detected(), screen, lm, xs, rows, oc, s, pool);
