@@ -616,6 +616,53 @@ mod tests {
         }
     }
 
+    /// Rows that differ from the winner only in their low 3 bits have the same coarse
+    /// output and different exact ones: over many random heads, every ISA must rank them
+    /// exactly as the full head does.
+    #[test]
+    fn low_bit_variants_are_ranked_exactly() {
+        let mut seed = 21;
+        let (rows, cols) = (16 * 20, 96);
+        let rb = cols / 32 * 34;
+        let pool = ThreadPool::new(2);
+        let mut mm = MatmulScratch::new(2, cols);
+        let mut screened = 0;
+        for case in 0..40 {
+            let mut bytes = random_q8_0(rows, cols, &mut seed);
+            let winner = (case * 37) % rows;
+            let src = bytes[winner * rb..(winner + 1) * rb].to_vec();
+            let noise = uniform(&mut seed, 8 * rb);
+            for v in 0..8 {
+                let r = (winner + 1 + v * 41) % rows;
+                let mut row = src.clone();
+                for (k, byte) in row.iter_mut().enumerate() {
+                    if k % 34 >= 2 {
+                        let low = (noise[v * rb + k].to_bits() >> 9) as u8 & 7;
+                        *byte = (*byte & !7) | low;
+                    }
+                }
+                bytes[r * rb..(r + 1) * rb].copy_from_slice(&row);
+            }
+            let head = QMatrix::from_ggml(GgmlType::Q8_0, rows, cols, &bytes).unwrap();
+            let screen = ArgmaxScreen::build(&head, &pool).unwrap();
+            let mut s = ScreenScratch::new(&screen);
+            let w = row_f32(&bytes, cols, winner);
+            let e = uniform(&mut seed, 2 * cols);
+            let x: Vec<f32> = (0..2 * cols)
+                .map(|i| 200.0 * w[i % cols] + 0.1 * e[i])
+                .collect();
+            for isa in Isa::available() {
+                let mut want = [0u32; 2];
+                matmul_argmax_with_isa(isa, &head, &x, 2, &mut want, &mut mm, &pool);
+                let mut got = [u32::MAX; 2];
+                let st = screened_argmax(isa, &screen, &head, &x, 2, &mut got, &mut s, &pool);
+                assert_eq!(got, want, "case {case} {isa:?}");
+                screened += usize::from(!st.fallback);
+            }
+        }
+        assert!(screened > 0);
+    }
+
     /// A peaked token's winner has exact ties and near-ties in other groups: the screen
     /// must keep them all and return the lowest of the tied rows.
     #[test]
