@@ -48,6 +48,10 @@ pub struct Args {
     /// bytes per token; llama.cpp's default).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
     pub kv_cache: String,
+    /// Load the LM head without the screen that lets greedy steps read a third fewer of
+    /// a large Q8_0 head's bytes (saves 0.75x the head's size of memory; same answers).
+    #[arg(long)]
+    pub plain_lm_head: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -59,6 +63,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.threads = a.threads;
     opts.spec = spec;
     opts.kv_precision = crate::kv_precision(&a.kv_cache)?;
+    opts.plain_lm_head = a.plain_lm_head;
     if a.no_weights_cache {
         opts.weights_cache = WeightsCache::Off;
     }

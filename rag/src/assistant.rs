@@ -113,6 +113,10 @@ pub struct AssistantOptions {
     /// the index directory, so the next process does not prefill them again
     /// ([`crate::prompt_head`]; exact: the answer is the same either way).
     pub prompt_head_cache: bool,
+    /// Load the LM head without its screen (`npu_runtime::kernels::screen`): saves 0.75x
+    /// the head's size of memory (~110 MB for Qwen2.5-0.5B) for greedy steps that read
+    /// the whole head; the answers are the same either way.
+    pub plain_lm_head: bool,
 }
 
 impl AssistantOptions {
@@ -130,6 +134,7 @@ impl AssistantOptions {
             weights_cache: WeightsCache::default_dir(),
             calib_window: DEFAULT_CALIB_WINDOW,
             prompt_head_cache: true,
+            plain_lm_head: false,
         }
     }
 }
@@ -305,7 +310,7 @@ fn load_model_file(opts: &AssistantOptions) -> Result<LoadedModel> {
     let load = LoadOptions {
         threads: opts.threads,
         weights_cache: opts.weights_cache.clone(),
-        ..LoadOptions::default()
+        plain_lm_head: opts.plain_lm_head,
     };
     let model = Model::load(&path, &load)?;
     if let Some(w) = model.chat_template().warning() {
