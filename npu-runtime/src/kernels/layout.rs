@@ -85,9 +85,9 @@ pub(crate) fn block_plane_bytes(ty: GgmlType) -> (usize, usize, usize) {
 /// group `src` that the screened LM head reads (`screen`): code `u = (q >> 3) + 16`
 /// and scale `8·d` for every code `q` and scale `d`. Works on the packed planes
 /// directly (both formats put code (row i, col 4c+e) at byte 4i+e of the block's
-/// vector c, Q5_0 folding c and c+4 into one byte's nibbles). Returns false if a scale
-/// is negative or not finite, or `8·d` is not exact in f16.
-pub(crate) fn coarse_q5_0_group(nb: usize, src: &[u8], dst: &mut [u8]) -> bool {
+/// vector c, Q5_0 folding c and c+4 into one byte's nibbles). Whether every `8·d` is
+/// exact is the caller's to check (`ArgmaxScreen::with_coarse`).
+pub(crate) fn coarse_q5_0_group(nb: usize, src: &[u8], dst: &mut [u8]) {
     let (p8, p5) = (
         Planes::new(GgmlType::Q8_0, nb * 32),
         Planes::new(GgmlType::Q5_0, nb * 32),
@@ -95,7 +95,6 @@ pub(crate) fn coarse_q5_0_group(nb: usize, src: &[u8], dst: &mut [u8]) -> bool {
     let (codes8, scales8) = (&src[..p8.codes], &src[p8.codes..]);
     let (codes5, rest) = dst.split_at_mut(p5.codes);
     let (high5, scales5) = rest.split_at_mut(p5.high);
-    let mut usable = true;
     for b in 0..nb {
         let c8 = &codes8[b * 512..(b + 1) * 512];
         let c5 = &mut codes5[b * 256..(b + 1) * 256];
@@ -119,12 +118,9 @@ pub(crate) fn coarse_q5_0_group(nb: usize, src: &[u8], dst: &mut [u8]) -> bool {
         for i in 0..GROUP {
             let at = b * 32 + 2 * i;
             let d = f16::from_le_bytes([scales8[at], scales8[at + 1]]).to_f32();
-            let d8 = f16::from_f32(8.0 * d);
-            usable &= d >= 0.0 && d.is_finite() && d8.to_f32() == 8.0 * d;
-            scales5[at..at + 2].copy_from_slice(&d8.to_le_bytes());
+            scales5[at..at + 2].copy_from_slice(&f16::from_f32(8.0 * d).to_le_bytes());
         }
     }
-    usable
 }
 
 /// The scales `d` of a Q4_0/Q5_0/Q8_0 group of `nb` blocks into `out`, row-major

@@ -94,33 +94,30 @@ impl QMatrix {
         Ok(m)
     }
 
-    /// A `rows x cols` matrix of type `ty` whose repacked group `g` is what
-    /// `fill(g, src, dst)` writes into `dst` (zeroed) from group `g` of `from`, one group
+    /// A matrix of `from`'s shape and type `ty` whose repacked group `g` is what
+    /// `fill(src, dst)` writes into `dst` (zeroed) from group `g` of `from`, one group
     /// per pool task: for matrices derived from another one at load (the screened LM
-    /// head's coarse copy), without a ggml copy. `fill` returns false to fail the build.
+    /// head's coarse copy), without a ggml copy.
     pub(crate) fn derived(
         from: &QMatrix,
         ty: GgmlType,
         pool: &ThreadPool,
-        fill: &(dyn Fn(&[u8], &mut [u8]) -> bool + Sync),
+        fill: &(dyn Fn(&[u8], &mut [u8]) + Sync),
     ) -> Option<QMatrix> {
         let (rows, cols) = (from.rows, from.cols);
         let len = Self::repacked_len(ty, rows, cols).ok()?;
         let planes = Planes::new(ty, cols);
         let gb = planes.group_bytes();
         let mut lines = vec![Line([0; 64]); len / 64];
-        let ok = std::sync::atomic::AtomicBool::new(true);
         pool.for_each_chunk_mut(&mut lines, gb / 64, &|g, chunk| {
             // SAFETY: `Line` is 64 plain bytes with no padding; `chunk` is this
             // group's `gb / 64` lines, borrowed mutably by this task alone.
             let dst = unsafe {
                 std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<u8>(), chunk.len() * 64)
             };
-            if !fill(from.group(g), dst) {
-                ok.store(false, Ordering::Relaxed);
-            }
+            fill(from.group(g), dst);
         });
-        ok.into_inner().then_some(QMatrix {
+        Some(QMatrix {
             ty,
             rows,
             cols,
@@ -869,10 +866,7 @@ pub(crate) fn argmax_in_groups(
     } else {
         run_part(0);
     }
-    for (o, b) in out.iter_mut().zip(&scratch.best[..n_tokens]) {
-        let p = b.load(Ordering::Relaxed);
-        *o = if p == 0 { 0 } else { !(p as u32) };
-    }
+    unpack_best(&scratch.best[..n_tokens], out);
 }
 
 /// A token's best (value, row) as one integer whose order is "larger value, then
@@ -882,6 +876,14 @@ fn pack_best(v: f32, row: usize) -> u64 {
     let b = (v + 0.0).to_bits();
     let key = if b >> 31 == 1 { !b } else { b | 1 << 31 };
     (key as u64) << 32 | u64::from(!(row as u32))
+}
+
+/// Each token's row from its [`pack_best`] key (0, none: row 0).
+fn unpack_best(best: &[AtomicU64], out: &mut [u32]) {
+    for (o, b) in out.iter_mut().zip(best) {
+        let p = b.load(Ordering::Relaxed);
+        *o = if p == 0 { 0 } else { !(p as u32) };
+    }
 }
 
 /// [`matmul_argmax`] on a given ISA (falls back to portable if this CPU lacks it).
@@ -934,10 +936,7 @@ pub fn matmul_argmax_with_isa(
     } else {
         run_part(0);
     }
-    for (o, b) in out.iter_mut().zip(&scratch.best[..n_tokens]) {
-        let p = b.load(Ordering::Relaxed);
-        *o = if p == 0 { 0 } else { !(p as u32) };
-    }
+    unpack_best(&scratch.best[..n_tokens], out);
 }
 
 /// Checks the scratch, quantizes `x` once per activation format `ws` need and

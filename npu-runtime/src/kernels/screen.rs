@@ -100,8 +100,8 @@ impl ArgmaxScreen {
         pool.for_each_chunk_mut(&mut scales, GROUP * nb, &|g, chunk| {
             legacy_scales(GgmlType::Q8_0, nb, head.group(g), chunk)
         });
-        // The bound needs d >= 0, and 8·d exact in f16 (`coarse_q5_0_group` checks the
-        // same when it makes the copy; a cached copy skipped that).
+        // The bound needs d >= 0 and finite, and the coarse scale 8·d exact in f16
+        // (checked here for a fresh copy and a cached one alike).
         let usable =
             |d: f32| d >= 0.0 && d.is_finite() && f16::from_f32(8.0 * d).to_f32() == 8.0 * d;
         if !scales.iter().all(|&d| usable(d)) {
