@@ -454,6 +454,7 @@ fn f16_get(s: &[u8], i: usize) -> f32 {
 }
 
 /// Decode block `b` of a group (quantized formats only).
+#[cfg(test)]
 pub(crate) fn decode_tile(ty: GgmlType, p: &Planes, group: &[u8], b: usize, t: &mut Tile) {
     for i in 0..GROUP {
         decode_tile_row(ty, p, group, b, i, t);
@@ -494,6 +495,13 @@ pub(crate) fn decode_tile_row(
         }
         t.codes[i][k] = c;
     }
+    decode_row_scales(ty, scales, b, i, t);
+}
+
+/// Row `i`'s scales of block `b` (scale, min, sub-block scales, super-block scales) into
+/// `t`, from a group's scale plane `scales`; the codes are left alone.
+#[inline]
+pub(crate) fn decode_row_scales(ty: GgmlType, scales: &[u8], b: usize, i: usize, t: &mut Tile) {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
             t.scale[i] = f16_get(&scales[b * 32..], i);

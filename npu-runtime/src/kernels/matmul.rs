@@ -1096,6 +1096,47 @@ mod tests {
         bytes
     }
 
+    /// `w · x` (a quantized `w`) by the canonical portable computation
+    /// ([`portable::run_quant_canonical`]): the plain row-by-row statement of the
+    /// arithmetic every kernel reproduces.
+    fn matmul_canonical(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+        let mut acts = QuantActs::new(n, w.cols);
+        let fmt = ActFormat::for_weights(w.ty);
+        super::super::act::quantize(Isa::Portable, fmt, x, &mut acts);
+        let k = Kernel::new(w, n);
+        let o = Output {
+            dst: out.as_mut_ptr(),
+            rows: w.rows,
+            op: OutOp::Store,
+        };
+        // SAFETY: `out` holds n x rows floats, written only here; the activations were
+        // quantized for these n tokens of w.cols columns.
+        unsafe { portable::run_quant_canonical(&k, &acts, 0, w.rows.div_ceil(GROUP), &o) };
+    }
+
+    /// The portable kernel (its decode by words and its dot products reorganised for
+    /// speed) gives the canonical bits: every format, widths of one and several
+    /// super-blocks, partial last groups, 1-70 tokens (one and two token chunks).
+    #[test]
+    fn portable_kernel_equals_the_canonical_computation() {
+        let mut seed = 0x5DEE_CE66_D1CEu64;
+        let pool = ThreadPool::new(1);
+        for ty in crate::kernels::ggml::QUANT_TYPES {
+            for (rows, cols) in [(16, 256), (37, 512), (50, 768)] {
+                let w = random_matrix(ty, rows, cols, &mut seed);
+                for n in [1usize, 2, 3, 5, 8, 13, 64, 70] {
+                    let x = uniform(&mut seed, n * cols);
+                    let mut want = vec![f32::NAN; n * rows];
+                    matmul_canonical(&w, &x, n, &mut want);
+                    let mut got = vec![f32::NAN; n * rows];
+                    let mut scratch = MatmulScratch::new(n, cols);
+                    matmul_with_isa(Isa::Portable, &w, &x, n, &mut got, &mut scratch, &pool);
+                    assert_eq!(bits(&got), bits(&want), "{ty:?} {rows}x{cols} n={n}");
+                }
+            }
+        }
+    }
+
     /// Every row read back from the repacked layout (one row decoded, as an embedding
     /// lookup does) equals ggml's reference dequantization of the original row, bit for
     /// bit, including rows of a partial last group.

@@ -19,7 +19,10 @@
 //! acc = fma(w_rk, x_tk, acc) for k in order.
 
 use super::act::QuantActs;
-use super::layout::{decode_tile, zero_point, Tile, GROUP};
+use super::ggml::QUANT_TYPES;
+#[cfg(test)]
+use super::layout::decode_tile;
+use super::layout::{decode_row_scales, zero_point, Planes, Tile, GROUP};
 use super::matmul::{Kernel, Output};
 use super::GgmlType;
 use half::f16;
@@ -62,14 +65,217 @@ pub(crate) unsafe fn run(
     unsafe {
         match k.ty {
             GgmlType::F32 | GgmlType::F16 => run_float(k, x, g0, g1, out),
-            _ => run_quant(k, acts, g0, g1, out),
+            GgmlType::Q4_0 => run_quant::<0>(k, acts, g0, g1, out),
+            GgmlType::Q4_1 => run_quant::<1>(k, acts, g0, g1, out),
+            GgmlType::Q5_0 => run_quant::<2>(k, acts, g0, g1, out),
+            GgmlType::Q5_1 => run_quant::<3>(k, acts, g0, g1, out),
+            GgmlType::Q8_0 => run_quant::<4>(k, acts, g0, g1, out),
+            GgmlType::Q4K => run_quant::<5>(k, acts, g0, g1, out),
+            GgmlType::Q6K => run_quant::<6>(k, acts, g0, g1, out),
+            _ => unreachable!("{} is not a kernel type (QMatrix::from_ggml checks)", k.ty),
         }
     }
 }
 
+/// Byte `t` of entry `m` is `16` where bit `t` of `m` is set: a Q5 high-bit mask byte
+/// spread over the eight codes it covers.
+const SPREAD16: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut m = 0;
+    while m < 256 {
+        let mut b = 0;
+        while b < 8 {
+            if m >> b & 1 == 1 {
+                t[m] |= 16 << (8 * b);
+            }
+            b += 1;
+        }
+        m += 1;
+    }
+    t
+};
+
+const NIBBLES: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+
+fn word(s: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&s[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Block `b` of a group's codes in the kernels' interleaved order (`layout`): chunk `c`
+/// holds columns `4c..4c+4` of the 16 rows, row `i`'s four at bytes `4i..4i+4`. Decoded
+/// eight codes at a time in 64-bit words (no per-code branches or bit loops).
+fn decode_chunks(ty: GgmlType, p: &Planes, group: &[u8], b: usize) -> [[u8; 64]; 8] {
+    let codes = &group[..p.codes];
+    let high = &group[p.codes..p.codes + p.high];
+    let mut out = [[0u8; 64]; 8];
+    for (c, chunk) in out.iter_mut().enumerate() {
+        for w in 0..8 {
+            let mut v = if ty == GgmlType::Q8_0 {
+                word(codes, b * 512 + c * 64 + 8 * w)
+            } else {
+                let line = word(codes, b * 256 + (c % 4) * 64 + 8 * w);
+                if c < 4 {
+                    line & NIBBLES
+                } else {
+                    (line >> 4) & NIBBLES
+                }
+            };
+            match ty {
+                GgmlType::Q5_0 | GgmlType::Q5_1 => v |= SPREAD16[high[b * 64 + c * 8 + w] as usize],
+                GgmlType::Q6K => {
+                    let h = word(high, b * 128 + (c / 4) * 64 + 8 * w);
+                    v |= ((h >> (2 * (c % 4))) & 0x0303_0303_0303_0303) << 4;
+                }
+                _ => {}
+            }
+            chunk[8 * w..8 * w + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Row `i`'s 32 codes of a block from its interleaved chunks: columns `4c..4c+4` are
+/// bytes `4i..4i+4` of chunk `c`.
+#[inline(always)]
+fn rows_of(chunks: &[[u8; 64]; 8]) -> [[u8; 32]; GROUP] {
+    let mut rows = [[0u8; 32]; GROUP];
+    for (i, row) in rows.iter_mut().enumerate() {
+        for (c, chunk) in chunks.iter().enumerate() {
+            row[4 * c..4 * c + 4].copy_from_slice(&chunk[4 * i..4 * i + 4]);
+        }
+    }
+    rows
+}
+
+/// Every row's two half-block dot products `Σ code[k]·a[k]` (columns 0-15 into `lo`,
+/// 16-31 into `hi`; exact integer sums). Not inlined: on its own the compiler vectorises
+/// the 16-column reductions (inlined into the token loop it kept them scalar).
+#[inline(never)]
+fn block_dots(rows: &[[u8; 32]; GROUP], a: &[i8], lo: &mut [i32; GROUP], hi: &mut [i32; GROUP]) {
+    let a: &[i8; 32] = a.try_into().expect("a block of 32 activations");
+    for ((row, lo), hi) in rows.iter().zip(lo.iter_mut()).zip(hi.iter_mut()) {
+        // Both operands fit an i16 (codes <= 255): the widened-i16 product sum is the
+        // shape that maps onto multiply-add-pairs instructions.
+        let dot = |r: std::ops::Range<usize>| -> i32 {
+            r.map(|k| (row[k] as i16 as i32) * (a[k] as i16 as i32))
+                .sum()
+        };
+        *lo = dot(0..16);
+        *hi = dot(16..32);
+    }
+}
+
+/// The portable kernel for format `QUANT_TYPES[F]`: [`run_quant_canonical`]'s arithmetic
+/// (same integer sums, same float steps in the same order, so the same bits), organised
+/// for speed: each block's codes decoded once for all tokens by 64-bit words into a
+/// row-major copy, the dot products in a separately compiled vectorisable function, one
+/// loop per format (KERNELS.md 86: the 0.5B forward 5x the canonical loop at one token, 2x
+/// at 64, x86-64 baseline code).
+///
 /// # Safety
 /// As [`run`].
-unsafe fn run_quant(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, out: &Output) {
+unsafe fn run_quant<const F: usize>(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    out: &Output,
+) {
+    // The format as a constant (`QUANT_TYPES[F]`, the matrix's type): each format's
+    // loop is compiled on its own, with no per-row format branches.
+    let ty = QUANT_TYPES[F];
+    debug_assert_eq!(ty, k.ty);
+    let nb = k.cols / 32;
+    let z = zero_point(ty);
+    let mut tile = Tile::default();
+    let mut acc = [[0f32; GROUP]; TCHUNK];
+    let mut isum = [[0i32; GROUP]; TCHUNK];
+    let mut msum = [[0i32; GROUP]; TCHUNK];
+    for g in g0..g1 {
+        let group = k.group(g);
+        let scales = &group[k.planes.codes + k.planes.high..];
+        for t0 in (0..k.n_tokens).step_by(TCHUNK) {
+            let nt = TCHUNK.min(k.n_tokens - t0);
+            acc[..nt].iter_mut().for_each(|a| *a = [0.0; GROUP]);
+            for b in 0..nb {
+                let rows = rows_of(&decode_chunks(ty, &k.planes, group, b));
+                for i in 0..GROUP {
+                    decode_row_scales(ty, scales, b, i, &mut tile);
+                }
+                for dt in 0..nt {
+                    let blk = (t0 + dt) * nb + b;
+                    let a = &acts.q[blk * 32..blk * 32 + 32];
+                    let (mut lo, mut hi) = ([0i32; GROUP], [0i32; GROUP]);
+                    block_dots(&rows, a, &mut lo, &mut hi);
+                    let (da, s, s_lo, dsum) =
+                        (acts.d[blk], acts.sum[blk], acts.sum_lo[blk], acts.dsum[blk]);
+                    if b % 8 == 0 {
+                        // A super-block starts its integer sums.
+                        isum[dt] = [0; GROUP];
+                        msum[dt] = [0; GROUP];
+                    }
+                    for i in 0..GROUP {
+                        let (dlo, dhi) = (lo[i], hi[i]);
+                        let [s0, s1] = tile.sub[i];
+                        match ty {
+                            GgmlType::Q4K => {
+                                isum[dt][i] += s0 * (dlo + dhi);
+                                msum[dt][i] += s1 * s;
+                            }
+                            GgmlType::Q6K => {
+                                isum[dt][i] +=
+                                    s0 * (dlo - 32 * s_lo) + s1 * (dhi - 32 * (s - s_lo));
+                            }
+                            _ => {
+                                let v = dlo + dhi - z * s;
+                                let acc = &mut acc[dt][i];
+                                *acc = (v as f32).mul_add(tile.scale[i] * da, *acc);
+                                if has_min(ty) {
+                                    *acc = tile.min[i].mul_add(dsum, *acc);
+                                }
+                            }
+                        }
+                    }
+                }
+                if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) && b % 8 == 7 {
+                    for dt in 0..nt {
+                        // Q8K activations: one scale for the 8 blocks.
+                        let da = acts.d[(t0 + dt) * nb + b];
+                        for i in 0..GROUP {
+                            let [d, dmin] = tile.dk[i];
+                            let acc = &mut acc[dt][i];
+                            *acc = (isum[dt][i] as f32).mul_add(d * da, *acc);
+                            if ty == GgmlType::Q4K {
+                                *acc = (msum[dt][i] as f32).mul_add(-(dmin * da), *acc);
+                            }
+                        }
+                    }
+                }
+            }
+            for (dt, acc) in acc[..nt].iter().enumerate() {
+                // SAFETY: token t0 + dt and group g of this call (the contract).
+                unsafe { out.put(t0 + dt, g, acc) };
+            }
+        }
+    }
+}
+
+/// [`run`] for the quantized formats computed the plainest way: the canonical order
+/// written out row by row from a decoded [`Tile`], the specification [`run_quant`] and
+/// every SIMD kernel reproduce bit for bit (slow; kept as the tests' oracle).
+///
+/// # Safety
+/// As [`run`].
+#[cfg(test)]
+pub(crate) unsafe fn run_quant_canonical(
+    k: &Kernel,
+    acts: &QuantActs,
+    g0: usize,
+    g1: usize,
+    out: &Output,
+) {
     let nb = k.cols / 32;
     let z = zero_point(k.ty);
     let kq = matches!(k.ty, GgmlType::Q4K | GgmlType::Q6K);
