@@ -406,14 +406,20 @@ pub fn run(args: Args) -> Result<()> {
         body.push_str(&format!("| {n} | {ms:.2} | {r:.2} |\n"));
     }
     if !args.no_report {
-        // f32 (the default) keeps the section it always had.
-        let (key, title) = match args.kv_cache.as_str() {
-            "f32" => (format!("model:{name}"), format!("rag bench model: {name}")),
-            kv => (
-                format!("model:{name}:kv-{kv}"),
-                format!("rag bench model: {name}, KV cache {kv}"),
-            ),
-        };
+        // The default run (this CPU's best kernels, f32 cache) keeps the section it always
+        // had; a tier forced with `RAG_ISA` or another cache gets its own.
+        let mut key = format!("model:{name}");
+        let mut title = format!("rag bench model: {name}");
+        let best = npu_runtime::kernels::Isa::available()[0];
+        let tier = npu_runtime::kernels::detected();
+        if tier != best {
+            key.push_str(&format!(":{}", tier.name()));
+            title.push_str(&format!(", {} kernels", tier.name()));
+        }
+        if args.kv_cache != "f32" {
+            key.push_str(&format!(":kv-{}", args.kv_cache));
+            title.push_str(&format!(", KV cache {}", args.kv_cache));
+        }
         bench_report::write_section(&key, &title, &body)?;
     }
     if args.json {
