@@ -386,7 +386,7 @@ impl CpuBackend {
                         let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
                         let s = &mut *s;
                         let oc = &mut out[..rows];
-                        s.try_screen() && {
+                        s.try_screen(rows) && {
                             screened_argmax(detected(), screen, lm, xs, rows, oc, s, pool);
                             true
                         }

@@ -163,9 +163,12 @@ pub struct ScreenScratch {
     groups: Vec<u32>,
     /// The matmul scratch of the coarse matmul and the exact groups.
     mm: MatmulScratch,
-    /// Calls left to skip, and fallbacks in a row ([`MAX_BACKOFF`]).
-    backoff: u32,
-    fallbacks: u32,
+    /// Per token count (index `n - 1`), calls of that count left to skip and its
+    /// fallbacks in a row ([`MAX_BACKOFF`]): speculative decoding mixes sizes, and a size
+    /// that keeps falling back (4 rows of flat outputs) must not be retried after every
+    /// success of another (1 row of the same text).
+    backoff: [u32; SCREEN_MAX_TOKENS],
+    fallbacks: [u32; SCREEN_MAX_TOKENS],
 }
 
 impl ScreenScratch {
@@ -184,16 +187,23 @@ impl ScreenScratch {
             max_rows,
             groups: Vec::with_capacity(t * rows.div_ceil(GROUP)),
             mm: MatmulScratch::new(t, screen.cols()),
-            backoff: 0,
-            fallbacks: 0,
+            backoff: [0; SCREEN_MAX_TOKENS],
+            fallbacks: [0; SCREEN_MAX_TOKENS],
         }
     }
 
-    /// Whether the next argmax call should take the screen: false for a while after
-    /// calls that fell back to the full head ([`MAX_BACKOFF`]).
-    pub fn try_screen(&mut self) -> bool {
-        let skip = self.backoff > 0;
-        self.backoff = self.backoff.saturating_sub(1);
+    /// Whether the next argmax call of `n_tokens` (1..=[`SCREEN_MAX_TOKENS`]) should
+    /// take the screen: false for a while after calls of that size that fell back to the
+    /// full head ([`MAX_BACKOFF`]).
+    pub fn try_screen(&mut self, n_tokens: usize) -> bool {
+        let Some(backoff) = n_tokens
+            .checked_sub(1)
+            .and_then(|i| self.backoff.get_mut(i))
+        else {
+            return false;
+        };
+        let skip = *backoff > 0;
+        *backoff = backoff.saturating_sub(1);
         !skip
     }
 }
@@ -263,12 +273,13 @@ pub fn screened_argmax(
         s.groups.dedup();
         argmax_in_groups(isa, head, x, n_tokens, &s.groups, out, &mut s.mm, pool);
         stats.exact_groups = s.groups.len();
-        s.fallbacks = 0;
+        s.fallbacks[n_tokens - 1] = 0;
     } else {
         matmul_argmax_with_isa(isa, head, x, n_tokens, out, &mut s.mm, pool);
         stats.fallback = true;
-        s.fallbacks = (s.fallbacks + 1).min(5);
-        s.backoff = ((1 << s.fallbacks) - 1).min(MAX_BACKOFF);
+        let fallbacks = &mut s.fallbacks[n_tokens - 1];
+        *fallbacks = (*fallbacks + 1).min(5);
+        s.backoff[n_tokens - 1] = ((1 << *fallbacks) - 1).min(MAX_BACKOFF);
     }
     stats
 }
@@ -689,6 +700,63 @@ mod tests {
             assert_eq!(got, [90], "{isa:?}");
             assert!(!st.fallback && st.exact_groups >= 4, "{st:?}");
         }
+    }
+
+    /// Sizes back off separately: a 4-row call that keeps falling back is tried ever more
+    /// rarely, while the 1-row calls between them (which succeed) are tried every time.
+    #[test]
+    fn each_size_backs_off_on_its_own() {
+        let mut seed = 5;
+        let (rows, cols) = (16 * 40, 64);
+        let rb = cols / 32 * 34;
+        let bytes = random_q8_0(rows, cols, &mut seed);
+        let head = QMatrix::from_ggml(GgmlType::Q8_0, rows, cols, &bytes).unwrap();
+        let pool = ThreadPool::new(1);
+        let screen = ArgmaxScreen::build(&head, &pool).unwrap();
+        let mut s = ScreenScratch::new(&screen);
+        // One peaked token (its screen succeeds); four tokens, one infinite (falls back).
+        let peaked: Vec<f32> = row_f32(&bytes[..rows * rb], cols, 300)
+            .iter()
+            .map(|w| 100.0 * w)
+            .collect();
+        let mut flat = uniform(&mut seed, 4 * cols);
+        flat[2 * cols + 5] = f32::INFINITY;
+        let (mut one_tried, mut four_tried) = (0, 0);
+        for _ in 0..32 {
+            if s.try_screen(1) {
+                let mut got = [u32::MAX];
+                let st = screened_argmax(
+                    Isa::Portable,
+                    &screen,
+                    &head,
+                    &peaked,
+                    1,
+                    &mut got,
+                    &mut s,
+                    &pool,
+                );
+                assert!(!st.fallback && got == [300], "{st:?} {got:?}");
+                one_tried += 1;
+            }
+            if s.try_screen(4) {
+                let mut got = [u32::MAX; 4];
+                let st = screened_argmax(
+                    Isa::Portable,
+                    &screen,
+                    &head,
+                    &flat,
+                    4,
+                    &mut got,
+                    &mut s,
+                    &pool,
+                );
+                assert!(st.fallback, "{st:?}");
+                four_tried += 1;
+            }
+        }
+        // Tries at calls 0, 2, 6, 14 and 30 of the 4-row size (skips of 1, 3, 7, 15).
+        assert_eq!((one_tried, four_tried), (32, 5));
+        assert!(!s.try_screen(0) && !s.try_screen(SCREEN_MAX_TOKENS + 1));
     }
 
     /// Odd inputs give the full head's answer; infinite ones take the full head.
