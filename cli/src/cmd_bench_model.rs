@@ -18,7 +18,8 @@ pub struct Args {
     /// Compute threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Repetitions per measurement (the median is reported).
+    /// Repetitions per measurement (the median is reported; the verify curve runs three
+    /// times as many rounds, the sizes taking turns).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Tokens per decode-speed measurement.
@@ -203,6 +204,12 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
 const VERIFY_SIZES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 const DEPTH: usize = 1000;
 
+/// Timed rounds of the verify curve for `--reps`: its forwards are short next to the
+/// decode rows (~0.3 s a round for the 0.5B), so it can afford three times as many.
+fn verify_rounds(reps: usize) -> usize {
+    3 * reps.max(1)
+}
+
 fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     let mut xs = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
@@ -346,19 +353,30 @@ pub fn run(args: Args) -> Result<()> {
 
     s.truncate(0)?;
     s.prefill(&toks[..DEPTH], 0)?;
+    // The sizes take turns, one forward each per round, so a phase of the shared host
+    // (its memory bandwidth swings by 2x within minutes) lands on every size alike and
+    // not on N=1 alone, the denominator of every ratio.
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); VERIFY_SIZES.len()];
+    let mut ids = Vec::with_capacity(VERIFY_SIZES[VERIFY_SIZES.len() - 1]);
+    for round in 0..=verify_rounds(args.reps) {
+        for (n, ts) in VERIFY_SIZES.into_iter().zip(&mut times) {
+            let batch = &toks[DEPTH..DEPTH + n];
+            let parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
+            // Timed as speculative decoding runs it: the argmax-only LM head.
+            let t = Instant::now();
+            s.forward_tree_argmax(batch, &parents, &mut ids)?;
+            if round > 0 {
+                // (Round 0 warms up.)
+                ts.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
     let mut verify = serde_json::Map::new();
     let mut rows = Vec::new();
     let mut one = 0.0;
-    for n in VERIFY_SIZES {
-        let batch = &toks[DEPTH..DEPTH + n];
-        let parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
-        // Timed as speculative decoding runs it: the argmax-only LM head.
-        let mut ids = Vec::with_capacity(n);
-        s.forward_tree_argmax(batch, &parents, &mut ids)?; // warm-up
-        let ms = median_ms(args.reps, || {
-            s.forward_tree_argmax(batch, &parents, &mut ids)?;
-            Ok(())
-        })?;
+    for (n, mut ts) in VERIFY_SIZES.into_iter().zip(times) {
+        ts.sort_by(f64::total_cmp);
+        let ms = ts[ts.len() / 2];
         if n == 1 {
             one = ms;
         }

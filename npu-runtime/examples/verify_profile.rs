@@ -7,6 +7,7 @@
 //! `--weights-cache DIR` loads through a repacked-weights cache in DIR (`weights_cache`).
 //! `--only N --secs S` loops one size for S seconds (for `perf record`).
 //! `--kv f16` uses a half-float KV cache (default f32).
+//! `--interleave` times the sizes in turns, one forward of each per round.
 //! `--argmax` runs `forward_tree_argmax` (the verify path: argmax per row, no logits);
 //! `--compare-argmax` alternates `forward_tree` and `forward_tree_argmax` rep by rep in
 //! one process and reports both (an A/B that a loaded machine disturbs least).
@@ -119,6 +120,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "threads {threads}, depth {depth}, {reps} reps (min / median wall ms, cpu ms if 1 thread){}",
         if argmax_only { ", argmax LM head" } else { "" }
     );
+    if args.iter().any(|a| a == "--interleave") {
+        // One forward of every size per round (what `rag bench model` times), so the
+        // host's phases land on all sizes alike.
+        let mut wall = vec![Vec::with_capacity(reps); ns.len()];
+        for round in 0..=reps {
+            for (&n, w) in ns.iter().zip(&mut wall) {
+                let t0 = Instant::now();
+                forward(&mut s, &toks[depth..depth + n], &chain(n), argmax_only)?;
+                if round > 0 {
+                    w.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        for (&n, mut w) in ns.iter().zip(wall) {
+            w.sort_by(f64::total_cmp);
+            println!("N={n:3}  wall min {:8.2}  med {:8.2}", w[0], w[reps / 2]);
+        }
+        return Ok(());
+    }
     let mut base = None;
     for &n in &ns {
         let p = chain(n);
