@@ -51,6 +51,10 @@ pub struct Args {
     /// AVX2-only build when comparing with `RAG_ISA=avx2`).
     #[arg(long, default_value = "built from source with GGML_NATIVE")]
     pub peer_build: String,
+    /// Writes the report into its own BENCHMARKS.md section named with this label (e.g. a
+    /// different host), leaving the default section as it is.
+    #[arg(long)]
+    pub label: Option<String>,
     /// Our KV cache precision (llama.cpp's cache is f16 either way).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
     pub kv_cache: String,
@@ -139,6 +143,10 @@ pub fn run(args: Args) -> Result<()> {
         if args.kv_cache != "f32" {
             key.push_str(&format!(":kv-{}", args.kv_cache));
             title.push_str(&format!(", our KV cache {}", args.kv_cache));
+        }
+        if let Some(label) = &args.label {
+            key.push_str(&format!(":{label}"));
+            title.push_str(&format!(" ({label})"));
         }
         bench_report::write_section(&key, &title, &body)?;
     }
