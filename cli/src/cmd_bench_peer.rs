@@ -112,7 +112,8 @@ pub fn run(args: Args) -> Result<()> {
     let mut body = format!(
         "Both engines on the same file with {} threads, back to back: {} alternating rounds \
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
-         repetitions. {ours_text}{kv_text}llama.cpp is llama-cpp-python 0.3.36 ({}) in a virtualenv \
+         repetitions (the verify curve's: of {} rounds in which the sizes take turns). \
+         {ours_text}{kv_text}llama.cpp is llama-cpp-python 0.3.36 ({}) in a virtualenv \
          outside the repo. Memory read bandwidth measured in this run: {bw:.1} GB/s (best of \
          {count} probes, one before every round); {peak_text}. Decode rows feed fixed \
          pseudo-random tokens and compute all logits in both engines; the greedy rows \
@@ -120,7 +121,11 @@ pub fn run(args: Args) -> Result<()> {
          where ours takes the screened LM head if the model has one (a Q8_0 head of 64M+ \
          weights, `npu-runtime/KERNELS.md` 85) and llama.cpp's cost is its decode row's (it computes the same logits whatever the \
          tokens); their share of the floor is against the same file bytes.\n\n",
-        args.threads, args.rounds, args.reps, args.peer_build
+        args.threads,
+        args.rounds,
+        args.reps,
+        3 * args.reps.max(1),
+        args.peer_build
     );
     for (file, ours, peer) in measured {
         let floors = Floors::of(file, bw, peak)?;
