@@ -72,6 +72,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.rounds == 0 || args.threads == 0 {
         bail!("--rounds and --threads must be at least 1");
     }
+    if let Some(label) = &args.label {
+        check_label(label)?;
+    }
     let base = rag::models::ensure(&args.model)?;
     let mut files = vec![base.clone()];
     if let Some(t) = &args.requant {
@@ -313,6 +316,16 @@ fn run_json(mut cmd: Command, what: &str) -> Result<Value> {
 }
 
 /// Keeps the better of two runs per figure: higher tok/s, lower verify ms, higher RSS.
+/// A `--label` becomes part of the section's HTML-comment markers in BENCHMARKS.md, so it
+/// is kept to characters that cannot end or confuse a marker.
+fn check_label(label: &str) -> Result<()> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if label.is_empty() || !label.chars().all(ok) {
+        bail!("--label {label:?}: use letters, digits, '-', '_' or '.'");
+    }
+    Ok(())
+}
+
 fn best(prev: Option<Value>, new: Value) -> Value {
     let Some(mut acc) = prev else { return new };
     for (key, higher_is_better) in [
@@ -506,6 +519,14 @@ fn sum_words(c: &[u64]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_are_kept_to_marker_safe_characters() {
+        assert!(check_label("intel-xeon").is_ok() && check_label("zen5_v1.2").is_ok());
+        for bad in ["", "a b", "x-->", "a:b", "é"] {
+            assert!(check_label(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn best_keeps_the_better_figure_of_each_kind() {
