@@ -206,7 +206,7 @@ const DEPTH: usize = 1000;
 
 /// Timed rounds of the verify curve for `--reps`: its forwards are short next to the
 /// decode rows (~0.3 s a round for the 0.5B), so it can afford three times as many.
-fn verify_rounds(reps: usize) -> usize {
+pub(crate) fn verify_rounds(reps: usize) -> usize {
     3 * reps.max(1)
 }
 

@@ -127,7 +127,7 @@ pub fn run(args: Args) -> Result<()> {
         args.threads,
         args.rounds,
         args.reps,
-        3 * args.reps.max(1),
+        crate::cmd_bench_model::verify_rounds(args.reps),
         args.peer_build
     );
     for (file, ours, peer) in measured {
