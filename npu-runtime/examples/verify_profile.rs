@@ -124,10 +124,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // One forward of every size per round (what `rag bench model` times), so the
         // host's phases land on all sizes alike.
         let mut wall = vec![Vec::with_capacity(reps); ns.len()];
+        let chains: Vec<Vec<i32>> = ns.iter().map(|&n| chain(n)).collect();
         for round in 0..=reps {
-            for (&n, w) in ns.iter().zip(&mut wall) {
+            for ((&n, p), w) in ns.iter().zip(&chains).zip(&mut wall) {
                 let t0 = Instant::now();
-                forward(&mut s, &toks[depth..depth + n], &chain(n), argmax_only)?;
+                forward(&mut s, &toks[depth..depth + n], p, argmax_only)?;
                 if round > 0 {
                     w.push(t0.elapsed().as_secs_f64() * 1e3);
                 }
