@@ -211,7 +211,7 @@ unsafe fn run_quant<const F: usize>(
                     block_dots(&rows, a, &mut lo, &mut hi);
                     let (da, s, s_lo, dsum) =
                         (acts.d[blk], acts.sum[blk], acts.sum_lo[blk], acts.dsum[blk]);
-                    if b % 8 == 0 {
+                    if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) && b % 8 == 0 {
                         // A super-block starts its integer sums.
                         isum[dt] = [0; GROUP];
                         msum[dt] = [0; GROUP];
