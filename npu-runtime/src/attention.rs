@@ -169,10 +169,11 @@ pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 /// shared evenly among the threads, slices of one: by tokens, or by query heads for a
 /// single token. One
 /// pass of the tiled score kernel over the head's K tiles serves every query of an item (each
-/// tile row is loaded once per 4 queries, 16 keys per FMA); V rows are shared in
-/// L1-sized chunks. A score depends only on its query and key (`dot_f32`'s canonical
-/// order, lane by lane), scores stay in key order, and V rows are added in ascending key
-/// order, so a result does not depend on the batch, the item split or the thread count.
+/// tile row is loaded once per 8 queries, 16 keys per FMA); V rows are shared in
+/// L1-sized chunks. A score depends only on its query and key (one fused chain over the
+/// head's elements, `attn_tiles::score_reference`, lane by lane), scores stay in key order,
+/// and V rows are added in ascending key order, so a result does not depend on the batch,
+/// the item split or the thread count.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],

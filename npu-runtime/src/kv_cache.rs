@@ -4,7 +4,7 @@
 //! so the attention's weighted sum streams them; row-major `[slot][n_head_kv][head_dim]` made
 //! it read 512-byte pieces 1 KB apart for Qwen 1.5B and cost 2.4x the score pass),
 //! and K transposed in tiles of 16 slots per KV head:
-//! `[n_head_kv][slot / 16][tile_row(d)][slot % 16]` (see `kernels::attn_tiles`), so the
+//! `[n_head_kv][slot / 16][d][slot % 16]` (see `kernels::attn_tiles`), so the
 //! CPU attention scores one query against 16 keys as the 16 lanes of broadcast-FMAs over
 //! `d`, with no horizontal fold, and one head's keys are contiguous. Readers that need
 //! rows (QNN staging, the prefill output, tests) copy them out with
