@@ -97,7 +97,26 @@ pub(crate) struct QuantActs {
     /// block sums a Q4_K min pair multiplies (one `vpdpwssd` / `vpmaddwd` operand), made
     /// once per token here instead of once per token and row group in the kernels.
     pub sum_pairs: Vec<i32>,
+    /// [`ActFormat::Q8_0`] only: `zsum[zero_sum_index(z)][blk] = -z * sum[blk]` for the
+    /// unsigned code offsets `z` of Q4_0, Q5_0 and Q8_0 (8, 16, 128), the start of each
+    /// block's integer sum in the AVX-512 kernels: a broadcast load there instead of a
+    /// multiply, a move to a vector register and a broadcast per token and block
+    /// (KERNELS.md 97).
+    pub zsum: [Vec<i32>; 3],
 }
+
+/// Index into [`QuantActs::zsum`] of zero point `z` (8, 16 or 128).
+#[inline(always)]
+pub(crate) fn zero_sum_index(z: i32) -> usize {
+    match z {
+        8 => 0,
+        16 => 1,
+        _ => 2,
+    }
+}
+
+/// The zero points [`QuantActs::zsum`] holds, by index.
+const ZERO_POINTS: [i32; 3] = [8, 16, 128];
 
 impl QuantActs {
     pub fn new(max_tokens: usize, max_cols: usize) -> Self {
@@ -109,6 +128,7 @@ impl QuantActs {
             sum_lo: vec![0; nb],
             dsum: vec![0.0; nb],
             sum_pairs: vec![0; nb.div_ceil(2)],
+            zsum: std::array::from_fn(|_| vec![0; nb]),
         }
     }
 }
@@ -176,6 +196,7 @@ pub(crate) struct ActsPtr {
     sum_lo: *mut i32,
     dsum: *mut f32,
     sum_pairs: *mut i32,
+    zsum: [*mut i32; 3],
     len: usize,
 }
 // SAFETY: only used by tasks writing disjoint blocks while the `QuantActs` is
@@ -193,6 +214,7 @@ impl ActsPtr {
             sum_lo: a.sum_lo.as_mut_ptr(),
             dsum: a.dsum.as_mut_ptr(),
             sum_pairs: a.sum_pairs.as_mut_ptr(),
+            zsum: [0, 1, 2].map(|i| a.zsum[i].as_mut_ptr()),
             len: a.d.len(),
         }
     }
@@ -210,6 +232,11 @@ impl ActsPtr {
             // block of an odd one's pair is already written.
             if fmt == ActFormat::Q8K && blk % 2 == 1 {
                 *self.sum_pairs.add(blk / 2) = pack_i16x2(*self.sum.add(blk - 1), sum);
+            }
+            if fmt == ActFormat::Q8_0 {
+                for (zs, z) in self.zsum.iter().zip(ZERO_POINTS) {
+                    *zs.add(blk) = -z * sum;
+                }
             }
         }
     }
@@ -361,6 +388,12 @@ unsafe fn quantize_pass_avx512(fmt: ActFormat, x: *const f32, n: usize, out: Act
         let (sum_lo, sum) = block_sums(&w);
         let at = blk0;
         _mm512_mask_storeu_epi32(out.sum.add(at).cast(), valid, sum);
+        if fmt == ActFormat::Q8_0 {
+            for (zs, z) in out.zsum.iter().zip(ZERO_POINTS) {
+                let v = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-z));
+                _mm512_mask_storeu_epi32(zs.add(at).cast(), valid, v);
+            }
+        }
         _mm512_mask_storeu_epi32(out.sum_lo.add(at).cast(), valid, sum_lo);
         _mm512_mask_storeu_ps(out.d.add(at).cast(), valid, d);
         let sumf = _mm512_cvtepi32_ps(sum);
@@ -550,6 +583,12 @@ unsafe fn quantize_pass_avx2(fmt: ActFormat, x: *const f32, n: usize, out: ActsP
             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         );
         _mm256_maskstore_epi32(out.sum.add(blk0), valid, sum);
+        if fmt == ActFormat::Q8_0 {
+            for (zs, z) in out.zsum.iter().zip(ZERO_POINTS) {
+                let v = _mm256_mullo_epi32(sum, _mm256_set1_epi32(-z));
+                _mm256_maskstore_epi32(zs.add(blk0), valid, v);
+            }
+        }
         _mm256_maskstore_epi32(out.sum_lo.add(blk0), valid, sum_lo);
         _mm256_maskstore_ps(out.d.add(blk0), valid, d);
         let sumf = _mm256_cvtepi32_ps(sum);
@@ -657,6 +696,18 @@ mod tests {
                 assert_eq!(got.q, want.q, "{isa:?} {fmt:?}");
                 assert_eq!(got.sum, want.sum, "{isa:?} {fmt:?}");
                 assert_eq!(got.sum_lo, want.sum_lo, "{isa:?} {fmt:?}");
+                if fmt == ActFormat::Q8_0 {
+                    // the zero-point terms the x86 kernels start their integer sums from
+                    let n = x.len() / 32;
+                    for (zs, z) in got.zsum.iter().zip(ZERO_POINTS) {
+                        assert_eq!(
+                            zero_sum_index(z),
+                            ZERO_POINTS.iter().position(|&p| p == z).unwrap()
+                        );
+                        let want_zs: Vec<i32> = want.sum[..n].iter().map(|&s| -z * s).collect();
+                        assert_eq!(zs[..n], want_zs, "{isa:?} z={z}");
+                    }
+                }
                 if fmt == ActFormat::Q8K {
                     // every pair of block sums, read back as the two i16 the kernels see
                     let n = x.len() / 32;
@@ -717,6 +768,11 @@ mod tests {
                     assert_eq!(bits(&got.dsum[..nb]), bits(&want.dsum[..nb]), "{what}");
                     if fmt == ActFormat::Q8K {
                         assert_eq!(got.sum_pairs[..nb / 2], want.sum_pairs[..nb / 2], "{what}");
+                    }
+                    if fmt == ActFormat::Q8_0 {
+                        for (g, w) in got.zsum.iter().zip(&want.zsum) {
+                            assert_eq!(g[..nb], w[..nb], "{what}");
+                        }
                     }
                 }
             }

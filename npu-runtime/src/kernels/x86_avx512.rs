@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::act::QuantActs;
+use super::act::{zero_sum_index, QuantActs};
 use super::ggml::QUANT_TYPES;
 use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
 use super::matmul::{Kernel, OutOp, Output};
@@ -226,6 +226,8 @@ unsafe fn block_scales<const F: u8>(scales: *const u8, b: usize) -> (__m512, __m
 unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
     let z = zero_point(fmt_type(F));
+    // -z * (block's activation code sum), made by the quantizer (Q4_0, Q5_0, Q8_0).
+    let zsum = &acts.zsum[zero_sum_index(z)];
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     let pf = Prefetch::new(fmt_type(F), k.cols);
@@ -244,9 +246,11 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                     let blk = (t0 + dt) * nb + b;
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
                     let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
-                    let s = *acts.sum.get_unchecked(blk);
                     let bc = |c: usize| _mm512_set1_epi32(a.add(c).read_unaligned());
-                    let mut i0 = _mm512_set1_epi32(-z * s);
+                    let mut i0 = match z {
+                        0 => _mm512_setzero_si512(),
+                        _ => _mm512_set1_epi32(*zsum.get_unchecked(blk)),
+                    };
                     let mut i1 = _mm512_setzero_si512();
                     for c in (0..8).step_by(2) {
                         i0 = _mm512_dpbusd_epi32(i0, w[c], bc(c));
@@ -295,6 +299,8 @@ unsafe fn quant_pairs<const F: u8>(
 ) {
     let nb = k.cols / 32;
     let z = zero_point(fmt_type(F));
+    // -z * (block's activation code sum), made by the quantizer (Q4_0, Q5_0, Q8_0).
+    let zsum = &acts.zsum[zero_sum_index(z)];
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let pf = Prefetch::new(fmt_type(F), k.cols);
@@ -318,7 +324,10 @@ unsafe fn quant_pairs<const F: u8>(
                     let blk = (t0 + dt) * nb + b;
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
                     let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
-                    let zs = _mm512_set1_epi32(-z * *acts.sum.get_unchecked(blk));
+                    let zs = match z {
+                        0 => _mm512_setzero_si512(),
+                        _ => _mm512_set1_epi32(*zsum.get_unchecked(blk)),
+                    };
                     let (mut a0, mut b0) = (zs, zs);
                     let (mut a1, mut b1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                     for c in (0..8).step_by(2) {
