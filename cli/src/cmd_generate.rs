@@ -198,8 +198,9 @@ pub fn run(args: Args) -> Result<()> {
             stats.prompt_tokens, stats.prefill_ms, stats.generated, stats.decode_tok_s
         );
     }
-    // A first run repacked the model: let the cache write finish so the next run maps it.
-    if let Some(note) = model.weights_cache().writing_note() {
+    // A first run repacked the model: say so, and let the cache write finish so the next
+    // run maps it.
+    if let Some(note) = model.weights_cache().repacked_note() {
         eprintln!("({note})");
     }
     model.wait_weights_cache();

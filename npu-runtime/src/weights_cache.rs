@@ -74,6 +74,19 @@ impl CacheOutcome {
             _ => None,
         }
     }
+
+    /// For a load that repacked and so writes the cache: [`Self::writing_note`] while the
+    /// background write runs, a line saying it was written once it is done (a short run can
+    /// finish after the write: which of the two a caller sees is a race).
+    pub fn repacked_note(&self) -> Option<String> {
+        match self {
+            CacheOutcome::Written(p) => Some(format!(
+                "wrote the repacked weights to {} (once per model; later runs load faster)",
+                p.display()
+            )),
+            _ => self.writing_note(),
+        }
+    }
 }
 
 const MAGIC: &[u8; 8] = b"RAGRPK\0\x01";
@@ -331,6 +344,25 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A load that repacked gets a note whether its background write is still running or
+    /// already done; a cache hit, no cache or a failed write get none.
+    #[test]
+    fn repacked_note_covers_a_write_finished_before_the_run() {
+        let p = PathBuf::from("/c/repacked/m.rpk");
+        let writing = CacheOutcome::Writing(p.clone()).repacked_note().unwrap();
+        assert!(writing.starts_with("writing the repacked weights to /c/repacked/m.rpk"));
+        let written = CacheOutcome::Written(p.clone()).repacked_note().unwrap();
+        assert!(written.starts_with("wrote the repacked weights to /c/repacked/m.rpk"));
+        assert_eq!(CacheOutcome::Written(p.clone()).writing_note(), None);
+        for none in [
+            CacheOutcome::Off,
+            CacheOutcome::Hit(p),
+            CacheOutcome::NotWritten("x".into()),
+        ] {
+            assert_eq!(none.repacked_note(), None, "{none:?}");
+        }
+    }
 
     fn image() -> (Vec<u8>, [u64; 4]) {
         let key = [1u64, 2, 3, 4];
