@@ -127,7 +127,8 @@ const AVX2_PASS: (usize, usize) = (6, 1);
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_MIN_PASSES: usize = 2;
 
-/// Runs `pass!(QB, NT)` with the pass's query and tile counts as constants.
+/// Calls `$f::<T, QB, NT>($args)` (`T` the caller's key type) with the pass's query and
+/// tile counts as constants.
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_shape {
     ($qb:expr, $nt:expr, $f:ident, $args:expr) => {
