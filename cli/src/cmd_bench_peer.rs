@@ -315,7 +315,6 @@ fn run_json(mut cmd: Command, what: &str) -> Result<Value> {
     serde_json::from_str(line).with_context(|| format!("parsing the JSON of {what}"))
 }
 
-/// Keeps the better of two runs per figure: higher tok/s, lower verify ms, higher RSS.
 /// A `--label` becomes part of the section's HTML-comment markers in BENCHMARKS.md, so it
 /// is kept to characters that cannot end or confuse a marker.
 fn check_label(label: &str) -> Result<()> {
@@ -326,6 +325,7 @@ fn check_label(label: &str) -> Result<()> {
     Ok(())
 }
 
+/// Keeps the better of two runs per figure: higher tok/s, lower verify ms, higher RSS.
 fn best(prev: Option<Value>, new: Value) -> Value {
     let Some(mut acc) = prev else { return new };
     for (key, higher_is_better) in [
