@@ -222,11 +222,25 @@ unsafe fn block_scales<const F: u8>(scales: *const u8, b: usize) -> (__m512, __m
     }
 }
 
+/// Where block `blk`'s integer sum starts: `-z * (its activation code sum)` from the
+/// quantizer's `zsum` (Q4_0, Q5_0, Q8_0), zero for the formats without an offset.
+///
+/// # Safety
+/// AVX-512F; `blk < zsum.len()` when `z != 0`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn zero_start(z: i32, zsum: &[i32], blk: usize) -> __m512i {
+    match z {
+        0 => _mm512_setzero_si512(),
+        // SAFETY: the caller's bound.
+        _ => _mm512_set1_epi32(unsafe { *zsum.get_unchecked(blk) }),
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize, write: Write) {
     let nb = k.cols / 32;
     let z = zero_point(fmt_type(F));
-    // -z * (block's activation code sum), made by the quantizer (Q4_0, Q5_0, Q8_0).
     let zsum = &acts.zsum[zero_sum_index(z)];
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
@@ -247,10 +261,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
                     let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
                     let bc = |c: usize| _mm512_set1_epi32(a.add(c).read_unaligned());
-                    let mut i0 = match z {
-                        0 => _mm512_setzero_si512(),
-                        _ => _mm512_set1_epi32(*zsum.get_unchecked(blk)),
-                    };
+                    let mut i0 = zero_start(z, zsum, blk);
                     let mut i1 = _mm512_setzero_si512();
                     for c in (0..8).step_by(2) {
                         i0 = _mm512_dpbusd_epi32(i0, w[c], bc(c));
@@ -299,7 +310,6 @@ unsafe fn quant_pairs<const F: u8>(
 ) {
     let nb = k.cols / 32;
     let z = zero_point(fmt_type(F));
-    // -z * (block's activation code sum), made by the quantizer (Q4_0, Q5_0, Q8_0).
     let zsum = &acts.zsum[zero_sum_index(z)];
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
@@ -324,10 +334,7 @@ unsafe fn quant_pairs<const F: u8>(
                     let blk = (t0 + dt) * nb + b;
                     // SAFETY: blk < n_tokens * nb, within the quantized activations.
                     let a = acts.q.as_ptr().add(blk * 32).cast::<i32>();
-                    let zs = match z {
-                        0 => _mm512_setzero_si512(),
-                        _ => _mm512_set1_epi32(*zsum.get_unchecked(blk)),
-                    };
+                    let zs = zero_start(z, zsum, blk);
                     let (mut a0, mut b0) = (zs, zs);
                     let (mut a1, mut b1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                     for c in (0..8).step_by(2) {
