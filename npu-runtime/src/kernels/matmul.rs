@@ -6,10 +6,13 @@ use super::layout::{decode_tile_row, dequantize_tile_row, pack_group, Planes, Ti
 use super::pool::ThreadPool;
 use super::silu::silu_mul_unchecked;
 use super::simd::{detected, Isa};
-use super::weight_buf::WeightBuf;
 use super::{portable, KernelError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
 
 /// A weight matrix of `rows` output features by `cols` input features,
 /// repacked from ggml bytes into the kernels' layout (see `layout`).
@@ -27,8 +30,8 @@ pub struct QMatrix {
 
 /// Where a matrix's repacked bytes live.
 enum Storage {
-    /// Repacked at load (on huge pages where the OS offers them).
-    Owned(WeightBuf),
+    /// Repacked at load.
+    Owned(Vec<Line>),
     /// A 64-byte aligned range of a read-only file mapping (a repacked-weights cache,
     /// `weights_cache`): no repacking, and the pages are shared with the page cache.
     Mapped {
@@ -78,7 +81,7 @@ impl QMatrix {
             rows,
             cols,
             planes,
-            data: Storage::Owned(WeightBuf::zeroed(n_groups * gb)),
+            data: Storage::Owned(vec![Line([0; 64]); n_groups * gb / 64]),
         };
         let bytes = m.bytes_mut();
         for g in 0..n_groups {
@@ -105,14 +108,21 @@ impl QMatrix {
         let len = Self::repacked_len(ty, rows, cols).ok()?;
         let planes = Planes::new(ty, cols);
         let gb = planes.group_bytes();
-        let mut buf = WeightBuf::zeroed(len);
-        pool.for_each_chunk_mut(buf.as_mut_slice(), gb, &|g, dst| fill(from.group(g), dst));
+        let mut lines = vec![Line([0; 64]); len / 64];
+        pool.for_each_chunk_mut(&mut lines, gb / 64, &|g, chunk| {
+            // SAFETY: `Line` is 64 plain bytes with no padding; `chunk` is this
+            // group's `gb / 64` lines, borrowed mutably by this task alone.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<u8>(), chunk.len() * 64)
+            };
+            fill(from.group(g), dst);
+        });
         Some(QMatrix {
             ty,
             rows,
             cols,
             planes,
-            data: Storage::Owned(buf),
+            data: Storage::Owned(lines),
         })
     }
 
@@ -178,14 +188,21 @@ impl QMatrix {
 
     fn bytes(&self) -> &[u8] {
         match &self.data {
-            Storage::Owned(b) => b.as_slice(),
+            // SAFETY: `Line` is 64 plain bytes with no padding, so the vector's
+            // storage is `len * 64` initialised bytes, borrowed immutably with `self`.
+            Storage::Owned(v) => unsafe {
+                std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 64)
+            },
             Storage::Mapped { map, offset, len } => &map[*offset..*offset + *len],
         }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.data {
-            Storage::Owned(b) => b.as_mut_slice(),
+            // SAFETY: as in `bytes`, borrowed mutably with `self`.
+            Storage::Owned(v) => unsafe {
+                std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 64)
+            },
             Storage::Mapped { .. } => unreachable!("mapped matrices are never written"),
         }
     }

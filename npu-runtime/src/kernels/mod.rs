@@ -19,7 +19,6 @@ pub mod screen;
 pub mod silu;
 pub mod simd;
 pub mod vector;
-mod weight_buf;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
