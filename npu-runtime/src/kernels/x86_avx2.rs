@@ -78,8 +78,15 @@ impl Prefetch {
     /// Past the group's last block, the group that follows starts `wrap` bytes on
     /// (`group_bytes`; two-group passes: the group two ahead).
     #[inline(always)]
-    fn lines(&self, b: usize, wrap: usize, mut line: impl FnMut(usize)) {
-        let (mut base, mut pb) = (0, b + self.lead);
+    fn lines(&self, b: usize, wrap: usize, line: impl FnMut(usize)) {
+        self.lines_of(b + self.lead, wrap, line)
+    }
+
+    /// [`Self::lines`] of block `pb` counted from the current group's first block (past
+    /// its last block, on in the groups `wrap` bytes on).
+    #[inline(always)]
+    fn lines_of(&self, mut pb: usize, wrap: usize, mut line: impl FnMut(usize)) {
+        let mut base = 0;
         while pb >= self.nb {
             pb -= self.nb;
             base += wrap;
@@ -107,6 +114,25 @@ impl Prefetch {
     #[inline(always)]
     pub fn block_of_pair(&self, group: *const u8, b: usize) {
         self.fetch(group, b, 2 * self.group_bytes)
+    }
+
+    /// Prefetch into L1 what block `b + 1` of a two-group pass reads, for a pass whose
+    /// block runs many tokens: issued halfway through block `b`'s tokens, it has the
+    /// next block's codes in L1 when its decode starts, instead of every block opening
+    /// with a dozen L1 misses to L2 that the out-of-order window, full of the tokens'
+    /// work, does not reach early (KERNELS.md 101).
+    #[inline(always)]
+    pub fn next_block_of_pair_l1(&self, group: *const u8, b: usize) {
+        self.next_block_of_pair_lines(b, |off| {
+            // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(group.wrapping_add(off).cast()) }
+        });
+    }
+
+    /// The lines [`Self::next_block_of_pair_l1`] fetches, as offsets from the group.
+    #[inline(always)]
+    fn next_block_of_pair_lines(&self, b: usize, line: impl FnMut(usize)) {
+        self.lines_of(b + 1, 2 * self.group_bytes, line)
     }
 
     #[inline(always)]
@@ -679,6 +705,45 @@ mod tests {
             out.extend((at / 64..(at + len).div_ceil(64)).map(|l| l * 64));
         }
         out
+    }
+
+    /// The L1 prefetch of a two-group pass (`next_block_of_pair_l1`, called for both
+    /// groups during block b) covers every code and high-bit line block b + 1 of the same
+    /// group reads, and past the last block those of block 0 of the group two on (the next
+    /// pass's); for the legacy formats also the block's scales.
+    #[test]
+    fn next_block_l1_prefetch_covers_what_the_next_block_reads() {
+        for &ty in QUANT_TYPES.iter() {
+            for cols in [256, 896, 1536, 4864, 8960] {
+                if cols % ty.block_size() != 0 {
+                    continue;
+                }
+                let pf = Prefetch::new(ty, cols);
+                let nb = cols / 32;
+                let planes = Planes::new(ty, cols);
+                let gb = planes.group_bytes();
+                let kquant = matches!(ty, GgmlType::Q4K | GgmlType::Q6K);
+                for g in 0..4 {
+                    for b in 0..nb {
+                        let mut got = Vec::new();
+                        pf.next_block_of_pair_lines(b, |off| got.push((g * gb + off) / 64 * 64));
+                        let (ng, nbk) = if b + 1 < nb { (g, b + 1) } else { (g + 2, 0) };
+                        let mut want = lines_read(ty, cols, ng, nbk);
+                        if kquant {
+                            // Codes and high bits only (the scales are a super-block's).
+                            let scales = ng * gb + planes.codes + planes.high;
+                            want.retain(|&l| l + 64 <= scales);
+                        }
+                        for l in want {
+                            assert!(
+                                got.contains(&l),
+                                "{ty} cols {cols}: group {g} block {b}: line {l} not prefetched"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Single-group passes (`per_pass` 1: `Prefetch::block`) and two-group passes
