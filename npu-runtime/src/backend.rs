@@ -72,6 +72,28 @@ pub trait Backend {
     fn stats(&self, graph: &Self::Graph) -> GraphStats;
     fn block<'g>(&self, graph: &'g Self::Graph) -> &'g BlockSpec;
     fn shape(&self, graph: &Self::Graph) -> GraphShape;
+
+    /// [`Backend::execute`] for callers that need only each LM-head row's argmax
+    /// (verification, greedy steps). Returns true when a last block wrote the argmax of
+    /// row i of `io.logits_rows` to `argmax[i]` (ties to the lowest id) without writing
+    /// logits; false when it wrote logits as `execute` does (the default), so the caller
+    /// takes the argmax itself.
+    fn execute_argmax(
+        &self,
+        graph: &mut Self::Graph,
+        io: BlockIo<'_>,
+        argmax: &mut [u32],
+    ) -> Result<bool> {
+        let _ = argmax;
+        self.execute(graph, io).map(|_| false)
+    }
+
+    /// Whether a last block leaves its final hidden rows (before the output norm) in
+    /// `io.hidden`, so the host can run the LM head over rows it chooses (the CPU does;
+    /// a QNN graph ends in the LM head).
+    fn leaves_final_hidden(&self) -> bool {
+        false
+    }
 }
 
 /// CPU backend: weights stay in the shared [`Model`]; graphs own activation buffers.
@@ -246,6 +268,15 @@ impl Backend for CpuBackend {
 
     fn execute(&self, g: &mut CpuGraph, io: BlockIo<'_>) -> Result<()> {
         self.execute_with_head(g, io, None)
+    }
+
+    fn execute_argmax(&self, g: &mut CpuGraph, io: BlockIo<'_>, argmax: &mut [u32]) -> Result<bool> {
+        let last = g.block.last;
+        self.execute_with_head(g, io, Some(argmax)).map(|_| last)
+    }
+
+    fn leaves_final_hidden(&self) -> bool {
+        true
     }
 }
 

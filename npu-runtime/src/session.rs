@@ -1,8 +1,10 @@
 //! Loaded models and per-conversation sessions: chunked prefill, tree-shaped verification
-//! batches, commit/rollback of the KV cache, greedy generation.
+//! batches, commit/rollback of the KV cache, greedy generation. [`Session`] is the one block
+//! driver: generic over the [`Backend`] that runs its graphs (the CPU backend by default,
+//! the QNN HTP backend on NPUs), it owns the KV cache, the batch masks and the buffers.
 
 use crate::attention::BatchMask;
-use crate::backend::{Backend, BlockIo, CpuBackend, CpuGraph, LogitsRows, PAD_TOKEN};
+use crate::backend::{Backend, BlockIo, CpuBackend, LogitsRows, PAD_TOKEN};
 use crate::error::{Result, RuntimeError};
 use crate::kernels::screen::{ArgmaxScreen, MIN_SCREENED_WEIGHTS};
 use crate::kernels::ThreadPool;
@@ -13,7 +15,7 @@ use crate::weights_cache::{self, CacheOutcome, WeightsCache};
 use graphs::chat::ChatTemplate;
 use graphs::config::ModelConfig;
 use graphs::gguf::GgufFile;
-use graphs::ir::{cover_with_shapes, decode_shape_for, BlockSpec, GraphShape, DECODE_SHAPES};
+use graphs::ir::{cover_with_shapes, BlockSpec, GraphShape, DECODE_SHAPES};
 use graphs::quant::GgmlType;
 use graphs::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
@@ -229,6 +231,10 @@ pub struct SessionOptions {
     pub prefill_chunk: usize,
     /// Largest decode/verify graph (G2 ladder up to this size, a power of two <= 64).
     pub max_verify: usize,
+    /// Smallest decode/verify graph (a power of two <= `max_verify`): 1 on the CPU, whose
+    /// graphs compute only their valid rows; 16 on QNN, where graphs of fewer rows compile
+    /// to less precise HTP code and every graph costs its full size (docs/qnn.md).
+    pub min_verify: usize,
     /// Number of layer blocks the model is cut into (each compiled separately).
     pub blocks: usize,
     /// How the KV cache stores K and V (`kv_cache::KvPrecision`: f32 by default, f16 for
@@ -242,6 +248,7 @@ impl Default for SessionOptions {
             kv_capacity: 4096,
             prefill_chunk: graphs::ir::DEFAULT_PREFILL_TOKENS,
             max_verify: 64,
+            min_verify: 1,
             blocks: 1,
             kv_precision: KvPrecision::F32,
         }
@@ -257,19 +264,19 @@ pub struct PrefillOutput<'a> {
 }
 
 /// One graph per block for one shape.
-struct ShapeGraphs {
+struct ShapeGraphs<G> {
     tokens: usize,
-    graphs: Vec<CpuGraph>,
+    graphs: Vec<G>,
 }
 
-/// One conversation: KV cache plus every preplanned buffer.
-pub struct Session {
+/// One conversation: KV cache plus every preplanned buffer, on backend `B`.
+pub struct Session<B: Backend = CpuBackend> {
     model: Arc<Model>,
-    backend: CpuBackend,
+    backend: B,
     opts: SessionOptions,
     kv: KvCache,
     /// Prefill shape first (if distinct), then the decode ladder ascending.
-    shapes: Vec<ShapeGraphs>,
+    shapes: Vec<ShapeGraphs<B::Graph>>,
     mask: BatchMask,
     tokens: Vec<u32>,
     hidden: Vec<f32>,
@@ -279,8 +286,18 @@ pub struct Session {
     last_batch: usize,
 }
 
-impl Session {
+impl Session<CpuBackend> {
+    /// A session on the CPU backend.
     pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Self> {
+        let backend = CpuBackend::new(model.clone(), opts.kv_capacity);
+        Session::with_backend(backend, model, opts)
+    }
+}
+
+impl<B: Backend> Session<B> {
+    /// A session whose graphs run on `backend` (built for `model` with at least
+    /// `opts.kv_capacity` KV slots). Compiles and loads every graph up front.
+    pub fn with_backend(backend: B, model: Arc<Model>, opts: SessionOptions) -> Result<Self> {
         let c = model.config().clone();
         if opts.kv_capacity == 0 || opts.kv_capacity > c.ctx_len {
             return Err(RuntimeError::Capacity(format!(
@@ -293,17 +310,19 @@ impl Session {
                 "prefill_chunk must be in 1..=4096".into(),
             ));
         }
-        if !DECODE_SHAPES.contains(&opts.max_verify) {
+        if !DECODE_SHAPES.contains(&opts.max_verify)
+            || !DECODE_SHAPES.contains(&opts.min_verify)
+            || opts.min_verify > opts.max_verify
+        {
             return Err(RuntimeError::InvalidInput(format!(
-                "max_verify must be one of {DECODE_SHAPES:?}"
+                "min_verify <= max_verify must both be one of {DECODE_SHAPES:?}"
             )));
         }
-        let backend = CpuBackend::new(model.clone(), opts.kv_capacity);
         let blocks = BlockSpec::split(c.n_layer, opts.blocks);
         let mut sizes: Vec<usize> = DECODE_SHAPES
             .iter()
             .copied()
-            .filter(|&s| s <= opts.max_verify)
+            .filter(|&s| s >= opts.min_verify && s <= opts.max_verify)
             .collect();
         if !sizes.contains(&opts.prefill_chunk) {
             sizes.push(opts.prefill_chunk);
@@ -343,6 +362,36 @@ impl Session {
 
     pub fn model(&self) -> &Arc<Model> {
         &self.model
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Every compiled graph, smallest shape first within the compile order (tests,
+    /// profiles).
+    pub fn graphs(&self) -> impl Iterator<Item = &B::Graph> {
+        self.shapes.iter().flat_map(|s| &s.graphs)
+    }
+
+    /// The backend and the graphs of each shape (`(tokens, graphs)`), for profilers that
+    /// load and unload forms themselves.
+    pub fn graphs_mut(&mut self) -> (&B, Vec<(usize, &mut [B::Graph])>) {
+        let sets = self
+            .shapes
+            .iter_mut()
+            .map(|s| (s.tokens, &mut s.graphs[..]))
+            .collect();
+        (&self.backend, sets)
+    }
+
+    /// The graph size a verify batch (or prefill remainder) of `n` rows runs on: the
+    /// smallest decode/verify size that holds it.
+    fn verify_shape_for(&self, n: usize) -> Option<usize> {
+        DECODE_SHAPES
+            .iter()
+            .copied()
+            .find(|&s| s >= n.max(self.opts.min_verify) && s <= self.opts.max_verify)
     }
 
     pub fn options(&self) -> &SessionOptions {
@@ -389,8 +438,9 @@ impl Session {
         self.run_with_head(shape_tokens, rows, None)
     }
 
-    /// [`Session::run`]; with `argmax`, the LM head writes each row's argmax there
-    /// instead of logits (see [`CpuBackend::execute_with_head`]).
+    /// [`Session::run`]; with `argmax`, each LM-head row's argmax goes there: written by
+    /// the backend's argmax head when it has one ([`Backend::execute_argmax`]), else taken
+    /// from the logits.
     fn run_with_head(
         &mut self,
         shape_tokens: usize,
@@ -408,26 +458,36 @@ impl Session {
             model,
             ..
         } = self;
-        let e = model.config().n_embd;
+        let (e, v) = (model.config().n_embd, model.config().vocab_size);
         let set = shapes
             .iter_mut()
             .find(|s| s.tokens == shape_tokens)
             .ok_or_else(|| RuntimeError::Backend(format!("no graph of {shape_tokens} tokens")))?;
         let n_past = kv.n_past();
+        let mut head_wrote_argmax = false;
         for g in set.graphs.iter_mut() {
-            backend.execute_with_head(
-                g,
-                BlockIo {
-                    tokens: &tokens[..shape_tokens],
-                    hidden: &mut hidden[..shape_tokens * e],
-                    kv,
-                    mask,
-                    n_past,
-                    logits,
-                    logits_rows: rows,
-                },
-                argmax.as_deref_mut(),
-            )?;
+            let io = BlockIo {
+                tokens: &tokens[..shape_tokens],
+                hidden: &mut hidden[..shape_tokens * e],
+                kv,
+                mask,
+                n_past,
+                logits,
+                logits_rows: rows,
+            };
+            head_wrote_argmax = match argmax.as_deref_mut() {
+                Some(out) => backend.execute_argmax(g, io, out)?,
+                None => backend.execute(g, io).map(|_| false)?,
+            };
+        }
+        if let (Some(out), false) = (argmax, head_wrote_argmax) {
+            let n = match rows {
+                LogitsRows::Last => 1,
+                LogitsRows::All => mask.n_valid(),
+            };
+            for (o, row) in out[..n].iter_mut().zip(logits.chunks_exact(v)) {
+                *o = self::argmax(row);
+            }
         }
         Ok(())
     }
@@ -445,7 +505,7 @@ impl Session {
             .collect();
         let rem = n % chunk;
         if rem > 0 {
-            let shape = decode_shape_for(rem, self.opts.max_verify).unwrap_or(chunk);
+            let shape = self.verify_shape_for(rem).unwrap_or(chunk);
             runs.push((rem, shape));
         }
         runs
@@ -470,6 +530,16 @@ impl Session {
     /// Chunked causal prefill of `tokens` after the committed context. Returns the last
     /// position's logits and, if `topk > 0`, the top-k successors of every prompt position.
     pub fn prefill(&mut self, tokens: &[u32], topk: usize) -> Result<PrefillOutput<'_>> {
+        let last_row = self.prefill_rows(tokens, topk)?;
+        let v = self.model.vocab_size();
+        Ok(PrefillOutput {
+            logits: &self.logits[last_row * v..(last_row + 1) * v],
+            topk: &self.topk,
+        })
+    }
+
+    /// [`Session::prefill`]; returns the logits row of the last prompt position.
+    fn prefill_rows(&mut self, tokens: &[u32], topk: usize) -> Result<usize> {
         let topk = self.begin_prefill(tokens, topk)?;
         let v = self.model.vocab_size();
         let runs = self.prefill_runs(tokens.len());
@@ -503,10 +573,7 @@ impl Session {
         if topk == 0 {
             self.topk.clear();
         }
-        Ok(PrefillOutput {
-            logits: &self.logits[last_row * v..(last_row + 1) * v],
-            topk: &self.topk,
-        })
+        Ok(last_row)
     }
 
     /// One forward over new tokens arranged as a tree (`parents[i] = -1`: child of the last
@@ -547,7 +614,8 @@ impl Session {
                 parents.len()
             )));
         }
-        let shape = decode_shape_for(n, self.opts.max_verify)
+        let shape = self
+            .verify_shape_for(n)
             .filter(|_| n > 0)
             .ok_or_else(|| {
                 RuntimeError::InvalidInput(format!(
@@ -678,6 +746,19 @@ impl Session {
     ) -> Result<PrefillOutput<'_>> {
         /// LM-head rows per block: 16 x vocab f32 stays within a large L2/L3.
         const BLOCK: usize = 16;
+        if !self.backend.leaves_final_hidden() {
+            // The backend's graphs end in the LM head: every row's logits come from there.
+            let last = self.prefill_rows(tokens, topk)?;
+            let rows = self.topk.len();
+            for r in &mut self.topk[..from.min(rows)] {
+                r.clear();
+            }
+            let v = self.model.vocab_size();
+            return Ok(PrefillOutput {
+                logits: &self.logits[last * v..(last + 1) * v],
+                topk: &self.topk,
+            });
+        }
         let topk = self.begin_prefill(tokens, topk)?;
         let c = self.model.config().clone();
         let (v, e) = (c.vocab_size, c.n_embd);
@@ -797,8 +878,8 @@ pub struct GenerationStats {
 /// Plain greedy decoding after prefilling `prompt` (appended to the session's context).
 /// `on_token` receives every generated token (end-of-generation tokens are not emitted);
 /// returning false stops.
-pub fn generate_greedy(
-    session: &mut Session,
+pub fn generate_greedy<B: Backend>(
+    session: &mut Session<B>,
     prompt: &[u32],
     max_tokens: usize,
     mut on_token: impl FnMut(u32) -> bool,

@@ -15,8 +15,9 @@ use common::qnn_available;
 use graphs::gguf::{GgufWriter, MetaValue};
 use graphs::quant::GgmlType;
 use npu_runtime::backend::CpuBackend;
-use npu_runtime::qnn::{BinaryCache, BlockRunner, GraphOptions, QnnBackend, WeightFormat};
-use npu_runtime::session::{argmax, LoadOptions, Model};
+use npu_runtime::backend::Backend;
+use npu_runtime::qnn::{BinaryCache, GraphOptions, QnnBackend, WeightFormat};
+use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -141,16 +142,29 @@ fn assert_logits_close(qnn: &[f32], cpu: &[f32], vocab: usize, what: &str) {
     }
 }
 
-/// The CPU reference: the same 2-block runner on the CPU backend.
-fn cpu_runner(model: &Arc<Model>, chunk: usize, cap: usize) -> BlockRunner<CpuBackend> {
-    BlockRunner::new(
-        CpuBackend::new(model.clone(), cap),
-        model.clone(),
-        2,
-        chunk,
-        cap,
-    )
-    .unwrap()
+/// A session of `blocks` blocks on `backend`: prefill chunks of `chunk` rows, decode and
+/// verify graphs of 1..=`chunk` rows, `cap` KV slots.
+fn session<B: Backend>(
+    backend: B,
+    model: &Arc<Model>,
+    blocks: usize,
+    chunk: usize,
+    cap: usize,
+) -> npu_runtime::error::Result<Session<B>> {
+    let opts = SessionOptions {
+        kv_capacity: cap,
+        prefill_chunk: chunk,
+        max_verify: chunk,
+        min_verify: 1,
+        blocks,
+        ..SessionOptions::default()
+    };
+    Session::with_backend(backend, model.clone(), opts)
+}
+
+/// The CPU reference: the same 2-block session on the CPU backend.
+fn cpu_runner(model: &Arc<Model>, chunk: usize, cap: usize) -> Session<CpuBackend> {
+    session(CpuBackend::new(model.clone(), cap), model, 2, chunk, cap).unwrap()
 }
 
 fn compare_arch(arch: &str, seed: u64) {
@@ -162,12 +176,12 @@ fn compare_arch(arch: &str, seed: u64) {
     let (chunk, cap) = (4, 16);
     let cache = BinaryCache::new(dir.path().join("ctx"));
     let qb = QnnBackend::new(model.clone(), cap, Some(cache.clone())).unwrap();
-    let mut q = BlockRunner::new(qb, model.clone(), 2, chunk, cap).unwrap();
+    let mut q = session(qb, &model, 2, chunk, cap).unwrap();
     let mut c = cpu_runner(&model, chunk, cap);
     // 6 prompt tokens: one full chunk and one padded chunk.
     let prompt = [3u32, 17, 5, 40, 22, 9];
-    let lq = q.prefill(&prompt).unwrap().to_vec();
-    let lc = c.prefill(&prompt).unwrap().to_vec();
+    let lq = q.prefill(&prompt, 0).unwrap().logits.to_vec();
+    let lc = c.prefill(&prompt, 0).unwrap().logits.to_vec();
     assert_logits_close(&lq, &lc, vocab, &format!("{arch} prefill"));
     let mut tok = argmax(&lc);
     for step in 0..4 {
@@ -186,19 +200,13 @@ fn compare_arch(arch: &str, seed: u64) {
         .graphs()
         .all(|g| !g.times().cache_hit && g.times().binary_bytes > 0));
     let qb2 = QnnBackend::new(model.clone(), cap, Some(cache)).unwrap();
-    let mut q2 = BlockRunner::new(qb2, model.clone(), 2, chunk, cap).unwrap();
+    let mut q2 = session(qb2, &model, 2, chunk, cap).unwrap();
     assert!(q2.graphs().all(|g| g.times().cache_hit));
-    let l2 = q2.prefill(&prompt).unwrap().to_vec();
+    let l2 = q2.prefill(&prompt, 0).unwrap().logits.to_vec();
     let lq = {
-        let mut q3 = BlockRunner::new(
-            QnnBackend::new(model.clone(), cap, None).unwrap(),
-            model,
-            2,
-            chunk,
-            cap,
-        )
+        let mut q3 = session(QnnBackend::new(model.clone(), cap, None).unwrap(), &model, 2, chunk, cap)
         .unwrap();
-        q3.prefill(&prompt).unwrap().to_vec()
+        q3.prefill(&prompt, 0).unwrap().logits.to_vec()
     };
     assert_eq!(
         l2, lq,
@@ -236,13 +244,7 @@ fn tiny_qwen2_s8_weights_have_their_own_cache_entries_and_stay_close() {
     let model = Model::load(&path, &LoadOptions::with_threads(1)).unwrap();
     let (chunk, cap) = (4, 16);
     let cache = BinaryCache::new(dir.path().join("ctx"));
-    let f16 = BlockRunner::prefill_only(
-        QnnBackend::new(model.clone(), cap, Some(cache.clone())).unwrap(),
-        model.clone(),
-        2,
-        chunk,
-        cap,
-    )
+    let f16 = session(QnnBackend::new(model.clone(), cap, Some(cache.clone())).unwrap(), &model, 2, chunk, cap)
     .unwrap();
     let s8_backend = QnnBackend::new(model.clone(), cap, Some(cache))
         .unwrap()
@@ -250,7 +252,7 @@ fn tiny_qwen2_s8_weights_have_their_own_cache_entries_and_stay_close() {
             weights: WeightFormat::S8PerChannel,
             ..GraphOptions::default()
         });
-    let mut s8 = BlockRunner::prefill_only(s8_backend, model.clone(), 2, chunk, cap).unwrap();
+    let mut s8 = session(s8_backend, &model, 2, chunk, cap).unwrap();
     for (a, b) in f16.graphs().zip(s8.graphs()) {
         let (a, b) = (a.times(), b.times());
         eprintln!(
@@ -262,8 +264,8 @@ fn tiny_qwen2_s8_weights_have_their_own_cache_entries_and_stay_close() {
     }
     let mut c = cpu_runner(&model, chunk, cap);
     let prompt = [3u32, 17, 5, 40, 22, 9];
-    let lq = s8.prefill(&prompt).unwrap().to_vec();
-    let lc = c.prefill(&prompt).unwrap().to_vec();
+    let lq = s8.prefill(&prompt, 0).unwrap().logits.to_vec();
+    let lc = c.prefill(&prompt, 0).unwrap().logits.to_vec();
     let scale = lc.iter().fold(0f32, |m, x| m.max(x.abs()));
     let worst = lq
         .iter()
@@ -302,7 +304,7 @@ fn bad_shapes_are_errors() {
             GraphShape::new(1, 8)
         )
         .is_err());
-    let mut r = BlockRunner::new(qb, model, 1, 2, 8).unwrap();
-    assert!(r.prefill(&[1; 9]).is_err(), "beyond the KV capacity");
-    assert!(r.prefill(&[48]).is_err(), "token outside the vocabulary");
+    let mut r = session(qb, &model, 1, 2, 8).unwrap();
+    assert!(r.prefill(&[1; 9], 0).is_err(), "beyond the KV capacity");
+    assert!(r.prefill(&[48], 0).is_err(), "token outside the vocabulary");
 }

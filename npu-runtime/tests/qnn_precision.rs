@@ -98,8 +98,8 @@ fn fp32_graphs_compute_in_fp16_under_every_precision_setting() {
 #[test]
 #[ignore]
 fn explore_error_by_graph_size() {
-    use npu_runtime::qnn::{BlockRunner, QnnBackend};
-    use npu_runtime::session::{LoadOptions, Model};
+    use npu_runtime::qnn::QnnBackend;
+    use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
     if !qnn_available() {
         return;
     }
@@ -131,10 +131,18 @@ fn explore_error_by_graph_size() {
                     ..GraphOptions::default()
                 });
             let t0 = std::time::Instant::now();
-            let mut r = BlockRunner::prefill_only(qb, model.clone(), 2, t, 64).unwrap();
+            let opts = SessionOptions {
+                kv_capacity: 64,
+                prefill_chunk: t,
+                max_verify: t.next_power_of_two().min(64),
+                min_verify: t.next_power_of_two().min(64),
+                blocks: 2,
+                ..SessionOptions::default()
+            };
+            let mut r = Session::with_backend(qb, model.clone(), opts).unwrap();
             let tc = t0.elapsed().as_secs_f64();
             let t1 = std::time::Instant::now();
-            let got = r.prefill(&prompt).unwrap();
+            let got = r.prefill(&prompt, 0).unwrap().logits;
             let d = got
                 .iter()
                 .zip(want)

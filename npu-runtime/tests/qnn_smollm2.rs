@@ -7,8 +7,8 @@
 //! token chain in one tree batch, logits of every row): teacher forcing with the exact
 //! tokens. A backend whose argmax equals the exact model's next token at every position
 //! generates the same 16 tokens free-running (by induction: each step then sees the same
-//! context as the exact model; a free-running QNN decode cuts the rows into other runs,
-//! which rounds differently in fp16, so the real run is the ignored test at the end). The
+//! context as the exact model, and a QNN row's bits do not depend on whether its context
+//! arrived in the same run, `tests/qnn_shapes.rs`; the real run is the ignored test). The
 //! QNN graphs must do that (fp16; s8 in an ignored test); the CPU backend
 //! (int8-quantized activations, 2-3x farther from the exact logits, docs/qnn.md) is held to
 //! its own tolerance and must pick the exact token wherever its error cannot flip it.
@@ -20,8 +20,8 @@
 mod common;
 use common::{oracle, qnn_available, smollm2};
 use npu_runtime::backend::{Backend, CpuBackend};
-use npu_runtime::qnn::{BlockRunner, GraphOptions, QnnBackend, WeightFormat};
-use npu_runtime::session::{argmax, Model};
+use npu_runtime::qnn::{GraphOptions, QnnBackend, WeightFormat};
+use npu_runtime::session::{argmax, Model, Session, SessionOptions};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -50,19 +50,17 @@ const S8_PROMPTS: usize = 1;
 
 /// Logit rows for positions `p - 1 .. seq.len() - 1` (each predicting the next token),
 /// teacher-forced with `seq`, `p` = prompt length.
-fn teacher_forced<B: Backend>(r: &mut BlockRunner<B>, seq: &[u32], p: usize) -> Vec<Vec<f32>> {
+fn teacher_forced<B: Backend>(r: &mut Session<B>, seq: &[u32], p: usize) -> Vec<Vec<f32>> {
     let (vocab, chunk) = (r.model().vocab_size(), CHUNK);
-    r.reset().unwrap();
-    let mut rows = vec![r.prefill(&seq[..p]).unwrap().to_vec()];
+    r.truncate(0).unwrap();
+    let mut rows = vec![r.prefill(&seq[..p], 0).unwrap().logits.to_vec()];
     let mut pos = p;
     while pos < seq.len() {
         let n = (seq.len() - pos).min(chunk);
         let parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
         let l = r.forward_tree(&seq[pos..pos + n], &parents).unwrap();
         rows.extend(l.chunks(vocab).map(<[f32]>::to_vec));
-        if pos + n < seq.len() {
-            r.prefill(&seq[pos..pos + n]).unwrap();
-        }
+        r.commit(&(0..n).collect::<Vec<_>>()).unwrap();
         pos += n;
     }
     rows
@@ -114,7 +112,20 @@ fn agreement(rows: &[Vec<f32>], exact: &[Vec<f64>], tokens: &[u32]) -> Agreement
     }
 }
 
-fn qnn_runner(model: &Arc<Model>, weights: WeightFormat) -> BlockRunner<QnnBackend> {
+/// `BLOCKS` blocks, `CHUNK`-row graphs only, `KV` slots.
+fn session<B: Backend>(backend: B, model: &Arc<Model>) -> Session<B> {
+    let opts = SessionOptions {
+        kv_capacity: KV,
+        prefill_chunk: CHUNK,
+        max_verify: CHUNK,
+        min_verify: CHUNK,
+        blocks: BLOCKS,
+        ..SessionOptions::default()
+    };
+    Session::with_backend(backend, model.clone(), opts).unwrap()
+}
+
+fn qnn_runner(model: &Arc<Model>, weights: WeightFormat) -> Session<QnnBackend> {
     let t0 = Instant::now();
     let qb = QnnBackend::new(model.clone(), KV, None)
         .unwrap()
@@ -122,7 +133,7 @@ fn qnn_runner(model: &Arc<Model>, weights: WeightFormat) -> BlockRunner<QnnBacke
             weights,
             ..GraphOptions::default()
         });
-    let r = BlockRunner::prefill_only(qb, model.clone(), BLOCKS, CHUNK, KV).unwrap();
+    let r = session(qb, model);
     let bytes: Vec<usize> = r.graphs().map(|g| g.times().binary_bytes).collect();
     eprintln!(
         "qnn {weights:?}: compile+load {:.1}s, context binaries {bytes:?} bytes",
@@ -156,14 +167,7 @@ fn exact_greedy_check(s8_prompts: usize) {
     let Some(model) = smollm2() else { return };
     let mut q16 = qnn_runner(&model, WeightFormat::F16);
     let mut q8 = (s8_prompts > 0).then(|| qnn_runner(&model, WeightFormat::S8PerChannel));
-    let mut c = BlockRunner::new(
-        CpuBackend::new(model.clone(), KV),
-        model.clone(),
-        BLOCKS,
-        CHUNK,
-        KV,
-    )
-    .unwrap();
+    let mut c = session(CpuBackend::new(model.clone(), KV), &model);
     let (mut t_qnn, mut t_oracle) = ([0.0; 2], 0.0);
     for (pi, text) in PROMPTS.iter().enumerate() {
         let prompt = model.tokenizer().encode(text, false).unwrap();
@@ -261,8 +265,8 @@ fn free_running_equals_exact(weights: WeightFormat) {
         let prompt = model.tokenizer().encode(text, false).unwrap();
         let (want, _) = oracle::greedy(&model, &prompt, STEPS);
         let t0 = Instant::now();
-        q.reset().unwrap();
-        let mut tok = argmax(q.prefill(&prompt).unwrap());
+        q.truncate(0).unwrap();
+        let mut tok = argmax(q.prefill(&prompt, 0).unwrap().logits);
         let mut got = vec![tok];
         while got.len() < STEPS {
             tok = argmax(q.decode_step(tok).unwrap());

@@ -57,7 +57,8 @@ use crate::prompt_head::{self, PromptHead};
 use anyhow::{anyhow, Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
-use npu_runtime::session::{KvPrecision, LoadOptions, Model, Session, SessionOptions};
+use crate::engine::{self, BackendChoice, Engine};
+use npu_runtime::session::{KvPrecision, LoadOptions, Model};
 use npu_runtime::weights_cache::WeightsCache;
 use serde::Serialize;
 use specdec::curve_cache::{self, CurveKey};
@@ -117,6 +118,9 @@ pub struct AssistantOptions {
     /// the head's size of memory (~110 MB for Qwen2.5-0.5B) for greedy steps that read
     /// the whole head; the answers are the same either way.
     pub plain_lm_head: bool,
+    /// Where the block graphs run: the CPU, or the QNN HTP (an NPU; its x86-64
+    /// emulator here). Speculative decoding verifies on the same backend.
+    pub backend: BackendChoice,
 }
 
 impl AssistantOptions {
@@ -135,6 +139,7 @@ impl AssistantOptions {
             calib_window: DEFAULT_CALIB_WINDOW,
             prompt_head_cache: true,
             plain_lm_head: false,
+            backend: BackendChoice::Cpu,
         }
     }
 }
@@ -262,7 +267,7 @@ struct Llm {
 }
 
 struct GenState {
-    session: Session,
+    session: Box<dyn Engine>,
     /// Tokens whose KV the session holds (for prompt-prefix reuse between questions).
     committed: Vec<u32>,
     generator: Generator,
@@ -301,7 +306,7 @@ pub struct Assistant {
 }
 
 /// A generation model, the file it came from, and a session on it.
-type LoadedModel = (PathBuf, Arc<Model>, Session);
+type LoadedModel = (PathBuf, Arc<Model>, Box<dyn Engine>);
 
 /// Resolve (fetching on first use) and load the generation model, and make its session
 /// (graphs and buffers: part of what a preload hides).
@@ -316,14 +321,7 @@ fn load_model_file(opts: &AssistantOptions) -> Result<LoadedModel> {
     if let Some(w) = model.chat_template().warning() {
         tracing::warn!("{w}");
     }
-    let session = Session::new(
-        Arc::clone(&model),
-        SessionOptions {
-            kv_capacity: opts.kv_capacity,
-            kv_precision: opts.kv_precision,
-            ..SessionOptions::default()
-        },
-    )?;
+    let session = engine::open(&model, &opts.backend, opts.kv_capacity, opts.kv_precision)?;
     Ok((path, model, session))
 }
 
@@ -754,7 +752,7 @@ impl Assistant {
             .max_tokens
             .min(st.session.kv_capacity() - prompt.len() - 1);
         let result = st.generator.generate_until(
-            &mut st.session,
+            &mut *st.session,
             &prompt[common..],
             max_tokens,
             &mut on_token,
@@ -808,7 +806,7 @@ impl Assistant {
                 ..
             } = &mut *st;
             let pending = committed.last().copied().unwrap_or(0);
-            if let Err(e) = generator.profile_curve(session, pending) {
+            if let Err(e) = generator.profile_curve(&mut **session, pending) {
                 tracing::warn!("could not profile the verify-cost curve: {e}");
             }
         }

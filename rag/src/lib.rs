@@ -8,11 +8,13 @@
 //!   ask with caller-supplied context. Start there.
 //! - [`prompt`]: numbered sources under a token budget; retrieved text stays data.
 //! - [`models`]: the model manifest and the cache (fetch on first use).
+//! - [`engine`]: the generation engine (the runtime's session on the CPU or the QNN HTP).
 pub mod ann;
 pub mod assistant;
 pub mod bm25;
 pub mod embed;
 pub mod embed_api;
+pub mod engine;
 pub mod hybrid;
 pub mod index;
 pub mod models;

@@ -1,15 +1,16 @@
-//! The runtime's session as a verification target.
+//! The runtime's session (the one block driver, on any backend) as a verification target.
 
 use crate::target::{PrefillOut, Target};
 use crate::tree::FlatTree;
 use crate::SpecError;
+use npu_runtime::backend::Backend;
 use npu_runtime::session::{argmax, Session};
 
 fn rt(e: impl std::fmt::Display) -> SpecError {
     SpecError::Target(e.to_string())
 }
 
-impl Target for Session {
+impl<B: Backend> Target for Session<B> {
     fn prefill(
         &mut self,
         tokens: &[u32],
@@ -34,10 +35,10 @@ impl Target for Session {
     }
 
     /// A window at the prompt's end uses the runtime's blocked LM head over just
-    /// those rows (session 4, Qwen 0.5B, last 256 of ~700 positions: +420-480 CPU ms
-    /// over a plain prefill against +660-920 for the split prefill); every position
-    /// keeps `prefill`, whose full logit rows are cheaper than re-reading the LM head
-    /// per block over a whole prompt.
+    /// those rows (Qwen 0.5B, last 256 of ~700 positions: +420-480 CPU ms over a plain
+    /// prefill against +660-920 for the split prefill); every position keeps `prefill`,
+    /// whose full logit rows are cheaper than re-reading the LM head per block over a
+    /// whole prompt.
     fn prefill_topk_from(
         &mut self,
         tokens: &[u32],

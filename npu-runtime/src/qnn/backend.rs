@@ -356,23 +356,37 @@ impl Backend for QnnBackend {
             );
             to_f16(&self.sin[r], &mut sin[i * half * 2..(i + 1) * half * 2]);
         }
-        // Mask: committed slots visible, other cache slots hidden, new rows by the batch mask.
+        // Mask and slot map (`lower.rs`, slot attention): row i sees the committed slots
+        // and, at slot `n_past + depth(j)`, each new row j on its ancestor chain (itself
+        // included); every other slot is hidden and maps to its own (zero) past row.
         let mask = next()?;
         let hidden = f16::from_f32(MASK_HIDDEN).to_le_bytes();
         let zero = f16::from_f32(0.0).to_le_bytes();
-        let w = cap + t;
         for i in 0..t {
-            let row = &mut mask[i * w * 2..(i + 1) * w * 2];
+            let row = &mut mask[i * cap * 2..(i + 1) * cap * 2];
+            let seen = if i < n { io.n_past } else { 0 };
             for (j, m) in row.chunks_exact_mut(2).enumerate() {
-                m.copy_from_slice(if j < io.n_past { &zero } else { &hidden });
+                m.copy_from_slice(if j < seen { &zero } else { &hidden });
             }
             if i < n {
                 for &j in io.mask.visible(i) {
-                    let col = cap + j as usize;
+                    let col = io.n_past + io.mask.depth(j as usize);
                     row[col * 2..col * 2 + 2].copy_from_slice(&zero);
                 }
-            } else {
-                row[(cap + i) * 2..(cap + i) * 2 + 2].copy_from_slice(&zero);
+            }
+        }
+        let map = next()?;
+        for i in 0..t {
+            let row = &mut map[i * cap * 4..(i + 1) * cap * 4];
+            for (s, m) in row.chunks_exact_mut(4).enumerate() {
+                m.copy_from_slice(&(s as i32).to_le_bytes());
+            }
+            if i < n {
+                for &j in io.mask.visible(i) {
+                    let col = io.n_past + io.mask.depth(j as usize);
+                    let src = (cap + j as usize) as i32;
+                    row[col * 4..col * 4 + 4].copy_from_slice(&src.to_le_bytes());
+                }
             }
         }
         // Past K/V of each layer: committed slots, zeros beyond. K (tiles) and V (per KV

@@ -2,14 +2,25 @@
 //!
 //! Graph I/O for a block at shape (T tokens, C KV slots), in creation order:
 //! - inputs: token ids `i32 [T]` (first block) or hidden `f16 [T, E]`; RoPE `cos`, `sin`
-//!   `f16 [T, D/2]` for each row's position; the additive attention mask `f16 [T, C + T]`
-//!   (columns `0..C` are cache slots, `C + j` is this run's row j); then per layer the past
-//!   K and V `f16 [C, Hkv*D]` (the host cache, slot-major).
+//!   `f16 [T, D/2]` for each row's position; the additive attention mask `f16 [T, C]` over
+//!   cache slots; the slot map `i32 [T, C]` (see below); then per layer the past K and V
+//!   `f16 [C, Hkv*D]` (the host cache, slot-major, zeros from the first uncommitted slot).
 //! - outputs: per layer the new rows' K (after RoPE) and V `f16 [T, Hkv*D]`, which the host
 //!   writes into its cache; then logits `f16 [T, vocab]` (last block) or hidden `f16 [T, E]`.
 //!
-//! The host owns the KV cache and the mask, so one graph serves causal prefill chunks,
-//! single-token decode and tree verification alike.
+//! Every row attends over its own copy of the C slots ("slot attention"): `Gather` picks,
+//! for row r and slot s, either the committed cache row s or the new row j that row r sees
+//! at slot s, i.e. its ancestor (or itself) at depth `s - n_past`. Row r therefore sees its
+//! context at the very columns, in the very order, that greedy decoding would have written
+//! it, whether its ancestors arrive in the same run (a prefill chunk, a token tree in BFS
+//! order) or were committed earlier. The HTP's fp16 accumulation then cannot depend on how
+//! rows are cut into runs or laid out in a tree (an earlier lowering attended over
+//! `[cache | this run's rows]` and did: docs/qnn.md), which is what lets prefill graphs and
+//! decode/verify graphs differ in size and keeps speculative verification lossless. The
+//! price is a `[T, C, Hkv*D]` copy of K and V per layer.
+//!
+//! The host owns the KV cache, the mask and the slot map, so one graph serves causal
+//! prefill chunks, single-token decode and tree verification alike.
 //!
 //! Llama GGUF weights rotate adjacent pairs (2i, 2i+1). We permute the rows of Wq/Wk (and
 //! their biases) inside each head to the halves layout (i, i + D/2) so RoPE is two slices
@@ -36,7 +47,7 @@ use half::f16;
 pub const MASK_HIDDEN: f32 = -30000.0;
 
 /// Bumped whenever the lowering changes, so cached context binaries are rebuilt.
-pub const LOWERING_VERSION: u32 = 1;
+pub const LOWERING_VERSION: u32 = 2;
 
 /// A GGUF weight matrix with the host-side rewrites: rows taken in `order` (all rows when
 /// `None`), multiplied by `scale`. Dequantized one row at a time while it is stored.
@@ -117,6 +128,7 @@ fn qk_order(n_heads: usize, d: usize, style: RopeStyle) -> Vec<usize> {
 struct Lower<'g, 'c> {
     g: &'g mut GraphBuilder<'c>,
     weights: WeightFormat,
+    head_dim: u32,
 }
 
 impl Lower<'_, '_> {
@@ -248,6 +260,27 @@ impl Lower<'_, '_> {
         let hi = self.binary("ElementWiseAdd", c, e)?;
         self.concat(lo, hi, 2)
     }
+
+    /// Row r's view of the cache: `out[r, s] = [past; new][slot_map[r, s]]` for past
+    /// `[C, Hkv*D]` and this run's rows `new [T, Hkv*D]`, as `[T * Hkv, C, D]` (one batch
+    /// per row and KV head, the layout the attention matmuls take).
+    fn slot_rows(&mut self, past: TensorId, new: TensorId, map: TensorId) -> QnnResult<TensorId> {
+        let [t, cap] = [self.g.dims(map)[0], self.g.dims(map)[1]];
+        let kv_dim = self.g.dims(past)[1];
+        let new2 = self.reshape(new, &[t, kv_dim])?;
+        let all = self.concat(past, new2, 0)?;
+        let rows = self.op(
+            "Gather",
+            &[all, map],
+            &[t, cap, kv_dim],
+            vec![Param::Scalar("axis", Scalar::i32(0))],
+        )?;
+        let d = self.head_dim;
+        let heads = kv_dim / d;
+        let r4 = self.reshape(rows, &[t, cap, heads, d])?;
+        let tr = self.transpose(r4, &[0, 2, 1, 3])?;
+        self.reshape(tr, &[t * heads, cap, d])
+    }
 }
 
 /// Builds the block graph into `g` (not finalized), with its weight matrices in `weights`.
@@ -265,7 +298,11 @@ pub fn build_block(
     let (nh, nkv) = (c.n_head as u32, c.n_head_kv as u32);
     let group = nh / nkv;
     let kv_dim = nkv * d;
-    let mut l = Lower { g, weights };
+    let mut l = Lower {
+        g,
+        weights,
+        head_dim: d,
+    };
 
     // Inputs.
     let mut x = if block.first {
@@ -283,7 +320,8 @@ pub fn build_block(
     };
     let cos_in = l.g.input(DType::F16, &[t, d / 2])?;
     let sin_in = l.g.input(DType::F16, &[t, d / 2])?;
-    let mask = l.g.input(DType::F16, &[t, cap + t])?;
+    let mask = l.g.input(DType::F16, &[t, cap])?;
+    let slot_map = l.g.input(DType::I32, &[t, cap])?;
     let mut past = Vec::new();
     for _ in block.layers.clone() {
         let k = l.g.input(DType::F16, &[cap, kv_dim])?;
@@ -304,6 +342,7 @@ pub fn build_block(
     };
 
     let cos = l.reshape(cos_in, &[t, 1, d / 2])?;
+    let mask3 = l.reshape(mask, &[t, 1, cap])?;
     let sin = l.reshape(sin_in, &[t, 1, d / 2])?;
     let q_order = qk_order(c.n_head, c.head_dim, c.rope_style);
     let k_order = qk_order(c.n_head_kv, c.head_dim, c.rope_style);
@@ -332,53 +371,46 @@ pub fn build_block(
         let v = l.linear(xn, matrix(&lw.wv, None, 1.0), bias(&lw.bv, None, 1.0), None)?;
         let q3 = l.reshape(q, &[t, nh, d])?;
         let k3 = l.reshape(k, &[t, nkv, d])?;
-        let v3 = l.reshape(v, &[t, nkv, d])?;
         let q_rot = l.rope(q3, cos, sin)?;
         let k_rot = l.rope(k3, cos, sin)?;
         // New K/V rows for the host cache.
         let (k_out, v_out) = new_kv[li];
         l.g.node("Reshape", &[k_rot], &[k_out], vec![])?;
         l.g.node("Reshape", &[v], &[v_out], vec![])?;
-        // Keys and values: past slots then this run's rows, per KV head.
+        // Each row's own view of the C slots: past rows and this run's rows, gathered.
         let (kp, vp) = past[li];
-        let kp3 = l.reshape(kp, &[cap, nkv, d])?;
-        let vp3 = l.reshape(vp, &[cap, nkv, d])?;
-        let k_all = l.concat(kp3, k_rot, 0)?;
-        let v_all = l.concat(vp3, v3, 0)?;
-        let k_h = l.transpose(k_all, &[1, 0, 2])?; // [Hkv, C+T, D]
-        let v_h = l.transpose(v_all, &[1, 0, 2])?;
-        let q_h = l.transpose(q_rot, &[1, 0, 2])?; // [H, T, D]
-        let q_g = l.reshape(q_h, &[nkv, group * t, d])?;
+        let k_new = l.reshape(k_rot, &[t, kv_dim])?;
+        let k_rows = l.slot_rows(kp, k_new, slot_map)?; // [T * Hkv, C, D]
+        let v_rows = l.slot_rows(vp, v, slot_map)?;
+        let q_b = l.reshape(q_rot, &[t * nkv, group, d])?;
         let s = l.op(
             "MatMul",
-            &[q_g, k_h],
-            &[nkv, group * t, cap + t],
+            &[q_b, k_rows],
+            &[t * nkv, group, cap],
             vec![
                 Param::Scalar("transpose_in0", Scalar::bool8(false)),
                 Param::Scalar("transpose_in1", Scalar::bool8(true)),
             ],
         )?;
-        let s_h = l.reshape(s, &[nh, t, cap + t])?;
-        let s_m = l.binary("ElementWiseAdd", s_h, mask)?;
+        let s_h = l.reshape(s, &[t, nh, cap])?;
+        let s_m = l.binary("ElementWiseAdd", s_h, mask3)?;
         let p = l.op(
             "Softmax",
             &[s_m],
-            &[nh, t, cap + t],
+            &[t, nh, cap],
             vec![Param::Scalar("axis", Scalar::u32(2))],
         )?;
-        let p_g = l.reshape(p, &[nkv, group * t, cap + t])?;
+        let p_b = l.reshape(p, &[t * nkv, group, cap])?;
         let a = l.op(
             "MatMul",
-            &[p_g, v_h],
-            &[nkv, group * t, d],
+            &[p_b, v_rows],
+            &[t * nkv, group, d],
             vec![
                 Param::Scalar("transpose_in0", Scalar::bool8(false)),
                 Param::Scalar("transpose_in1", Scalar::bool8(false)),
             ],
         )?;
-        let a_h = l.reshape(a, &[nh, t, d])?;
-        let a_t = l.transpose(a_h, &[1, 0, 2])?;
-        let a2 = l.reshape(a_t, &[t, nh * d])?;
+        let a2 = l.reshape(a, &[t, nh * d])?;
         let o = l.linear(a2, matrix(&lw.wo, None, 1.0), None, None)?;
         let x1 = l.binary("ElementWiseAdd", x, o)?;
         // SwiGLU MLP.

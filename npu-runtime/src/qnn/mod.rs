@@ -4,7 +4,6 @@
 
 pub mod backend;
 pub mod cache;
-pub mod driver;
 pub mod error;
 pub mod ffi;
 pub mod graph;
@@ -13,7 +12,6 @@ pub mod lower;
 
 pub use backend::{QnnBackend, QnnGraph, QnnTimes};
 pub use cache::BinaryCache;
-pub use driver::{generate_greedy, BlockRunner, RunnerStats};
 pub use error::{QnnError, QnnResult};
 pub use graph::{
     Context, DType, Graph, GraphBuilder, GraphOptions, IoTensor, Param, Quant, TensorId,

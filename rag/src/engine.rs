@@ -1,0 +1,167 @@
+//! The generation engine a question runs on: the runtime's one block driver
+//! (`npu_runtime::session::Session`) on the CPU backend or on the QNN HTP backend, behind
+//! one object-safe trait that the `Assistant` and the CLI hold. Speculative decoding
+//! (`specdec`) verifies its token trees on whichever backend the engine runs.
+
+use anyhow::{Context, Result};
+use npu_runtime::backend::Backend;
+use npu_runtime::qnn::{BinaryCache, QnnBackend};
+use npu_runtime::session::{KvPrecision, Model, Session, SessionOptions};
+use specdec::Target;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where the block graphs run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// CPU kernels (run-time SIMD dispatch).
+    #[default]
+    Cpu,
+    /// Qualcomm's QNN HTP (the NPU; on x86-64 its emulator, slow).
+    Qnn(QnnShapes),
+}
+
+impl BackendChoice {
+    /// `cpu` or `qnn` (with the default QNN shapes).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(BackendChoice::Cpu),
+            "qnn" => Ok(BackendChoice::Qnn(QnnShapes::default())),
+            _ => anyhow::bail!("unknown backend {s:?} (cpu or qnn)"),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::Qnn(_) => "qnn",
+        }
+    }
+}
+
+/// The static graph shapes of a QNN engine (docs/qnn.md): prefill graphs of
+/// `prefill_rows` rows, decode/verify graphs of `verify_rows` rows, the model cut into
+/// `blocks` graphs of consecutive layers. A row's result does not depend on which graph
+/// computes it, so the two sizes are free to differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QnnShapes {
+    pub prefill_rows: usize,
+    pub verify_rows: usize,
+    pub blocks: usize,
+    /// Where compiled context binaries are kept between runs (`None`: compile every time).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Decode/verify graph rows on QNN: graphs of fewer rows compile to less precise HTP code
+/// (docs/qnn.md), and 16 holds the drafts the budget controller picks on a flat curve.
+pub const QNN_VERIFY_ROWS: usize = 16;
+/// Prefill graph rows on QNN.
+pub const QNN_PREFILL_ROWS: usize = 64;
+
+impl Default for QnnShapes {
+    fn default() -> Self {
+        QnnShapes {
+            prefill_rows: QNN_PREFILL_ROWS,
+            verify_rows: QNN_VERIFY_ROWS,
+            blocks: 2,
+            cache_dir: Some(BinaryCache::default_dir()),
+        }
+    }
+}
+
+/// A session on some backend, as the assistant and the CLI use it: a speculative-decoding
+/// target plus the KV-cache operations of prompt-prefix reuse.
+pub trait Engine: Target + Send {
+    /// The backend's name (`cpu`, `qnn-htp`).
+    fn backend_name(&self) -> &'static str;
+    fn truncate(&mut self, n: usize) -> Result<()>;
+    fn n_past(&self) -> usize;
+    fn kv_capacity(&self) -> usize;
+    fn export_kv(&self, n: usize) -> Result<Vec<f32>>;
+    fn import_kv(&mut self, n: usize, rows: &[f32]) -> Result<()>;
+    /// Largest verification batch (the decode/verify graph rows).
+    fn max_verify(&self) -> usize;
+}
+
+impl<B: Backend + Send> Engine for Session<B>
+where
+    B::Graph: Send,
+{
+    fn backend_name(&self) -> &'static str {
+        self.backend().name()
+    }
+    fn truncate(&mut self, n: usize) -> Result<()> {
+        Ok(Session::truncate(self, n)?)
+    }
+    fn n_past(&self) -> usize {
+        Session::n_past(self)
+    }
+    fn kv_capacity(&self) -> usize {
+        Session::kv_capacity(self)
+    }
+    fn export_kv(&self, n: usize) -> Result<Vec<f32>> {
+        Ok(Session::export_kv(self, n)?)
+    }
+    fn import_kv(&mut self, n: usize, rows: &[f32]) -> Result<()> {
+        Ok(Session::import_kv(self, n, rows)?)
+    }
+    fn max_verify(&self) -> usize {
+        self.options().max_verify
+    }
+}
+
+/// Opens an engine for `model` with `kv_capacity` KV slots on `backend`. On QNN this
+/// compiles (or reads from the context cache) and loads every block graph.
+pub fn open(
+    model: &Arc<Model>,
+    backend: &BackendChoice,
+    kv_capacity: usize,
+    kv_precision: KvPrecision,
+) -> Result<Box<dyn Engine>> {
+    match backend {
+        BackendChoice::Cpu => Ok(Box::new(Session::new(
+            Arc::clone(model),
+            SessionOptions {
+                kv_capacity,
+                kv_precision,
+                ..SessionOptions::default()
+            },
+        )?)),
+        BackendChoice::Qnn(shapes) => {
+            let b = QnnBackend::new(
+                Arc::clone(model),
+                kv_capacity,
+                shapes.cache_dir.clone().map(BinaryCache::new),
+            )?;
+            let opts = qnn_session_options(shapes, kv_capacity, kv_precision)?;
+            let s = Session::with_backend(b, Arc::clone(model), opts)
+                .context("building the QNN graphs")?;
+            Ok(Box::new(s))
+        }
+    }
+}
+
+/// Session options for `shapes`: one decode/verify size, one prefill size.
+pub fn qnn_session_options(
+    shapes: &QnnShapes,
+    kv_capacity: usize,
+    kv_precision: KvPrecision,
+) -> Result<SessionOptions> {
+    anyhow::ensure!(
+        graphs::ir::DECODE_SHAPES.contains(&shapes.verify_rows),
+        "QNN verify rows must be one of {:?}",
+        graphs::ir::DECODE_SHAPES
+    );
+    anyhow::ensure!(
+        shapes.prefill_rows >= 1 && shapes.blocks >= 1,
+        "QNN prefill rows and blocks must be positive"
+    );
+    Ok(SessionOptions {
+        kv_capacity,
+        prefill_chunk: shapes.prefill_rows,
+        max_verify: shapes.verify_rows,
+        min_verify: shapes.verify_rows,
+        blocks: shapes.blocks,
+        kv_precision,
+    })
+}
