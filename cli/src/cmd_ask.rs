@@ -52,6 +52,8 @@ pub struct Args {
     /// a large Q8_0 head's bytes (saves 0.75x the head's size of memory; same answers).
     #[arg(long)]
     pub plain_lm_head: bool,
+    #[command(flatten)]
+    pub backend: crate::backend_args::BackendArgs,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -64,6 +66,10 @@ pub fn run(a: Args) -> Result<()> {
     opts.spec = spec;
     opts.kv_precision = crate::kv_precision(&a.kv_cache)?;
     opts.plain_lm_head = a.plain_lm_head;
+    opts.backend = a.backend.choice()?;
+    if let Some(kv) = a.backend.kv_capacity() {
+        opts.kv_capacity = kv;
+    }
     if a.no_weights_cache {
         opts.weights_cache = WeightsCache::Off;
     }
@@ -121,8 +127,9 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     eprintln!(
-        "({} tokens, retrieve {:.0} ms, prefill {:.0} ms, first token {:.0} ms, decode {:.1} tok/s, {} mean accepted {:.2})",
+        "({} tokens on {}, retrieve {:.0} ms, prefill {:.0} ms, first token {:.0} ms, decode {:.1} tok/s, {} mean accepted {:.2})",
         answer.tokens_generated,
+        a.backend.backend,
         answer.timings.retrieve_ms,
         answer.timings.prefill_ms,
         answer.timings.first_token_ms,

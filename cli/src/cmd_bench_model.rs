@@ -42,15 +42,31 @@ pub struct Args {
     /// QNN: KV slots of the graphs.
     #[arg(long, default_value_t = 64)]
     pub qnn_kv: usize,
-    /// QNN: tokens per prefill-graph run (the G1 shape; G2 is one token).
-    #[arg(long, default_value_t = 8)]
+    /// QNN: tokens per prefill-graph run (the G1 shape).
+    #[arg(long, default_value_t = rag::engine::QNN_PREFILL_ROWS)]
     pub qnn_chunk: usize,
+    /// QNN: rows of the decode/verify graphs (the G2 shape; divides the chunk).
+    #[arg(long, default_value_t = rag::engine::QNN_VERIFY_ROWS)]
+    pub qnn_verify: usize,
     /// QNN: number of blocks.
     #[arg(long, default_value_t = 2)]
     pub qnn_blocks: usize,
     /// QNN: compile into a fresh, temporary context cache (measures finalize/serialize).
     #[arg(long)]
     pub qnn_cold: bool,
+}
+
+/// The prefill-shape and the decode-shape graphs of a QNN session, block order.
+fn forms<G>(sets: Vec<(usize, &mut [G])>, chunk: usize, verify: usize) -> (&mut [G], &mut [G]) {
+    let (mut pre, mut dec) = (None, None);
+    for (t, g) in sets {
+        if t == chunk {
+            pre = Some(g);
+        } else if t == verify {
+            dec = Some(g);
+        }
+    }
+    (pre.unwrap_or_default(), dec.unwrap_or_default())
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -62,7 +78,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// shapes), a scheduler profile from them, and the BENCHMARKS.md section `qnn`.
 fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
     use npu_runtime::backend::Backend;
-    use npu_runtime::qnn::{BinaryCache, BlockRunner, QnnBackend};
+    use npu_runtime::qnn::{BinaryCache, QnnBackend};
     use npu_runtime::schedule::profile::{self, BlockProfile, Profile, PROFILE_FORMAT};
     let cold = std::env::temp_dir().join(format!("rag-qnn-cold-{}", std::process::id()));
     let cache_dir = if args.qnn_cold {
@@ -75,35 +91,47 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
         args.qnn_kv,
         Some(BinaryCache::new(cache_dir)),
     )?;
-    let t0 = Instant::now();
-    let r = BlockRunner::new(
-        backend,
-        model.clone(),
-        args.qnn_blocks,
-        args.qnn_chunk,
-        args.qnn_kv,
+    let (chunk, verify) = (args.qnn_chunk, args.qnn_verify);
+    anyhow::ensure!(
+        verify < chunk && chunk.is_multiple_of(verify),
+        "--qnn-chunk {chunk} must be a larger multiple of --qnn-verify {verify}"
     );
+    let shapes = rag::engine::QnnShapes {
+        prefill_rows: chunk,
+        verify_rows: verify,
+        blocks: args.qnn_blocks,
+        cache_dir: None,
+    };
+    let opts = rag::engine::qnn_session_options(
+        &shapes,
+        args.qnn_kv,
+        npu_runtime::session::KvPrecision::F32,
+    )?;
+    let t0 = Instant::now();
+    let r = Session::with_backend(backend, model.clone(), opts);
     if args.qnn_cold {
         let _ = std::fs::remove_dir_all(&cold);
     }
     let mut r = r?;
     let setup_s = t0.elapsed().as_secs_f64();
-    let toks = bench_tokens(args.qnn_chunk + 1, model.vocab_size());
+    let toks = bench_tokens(chunk + 1, model.vocab_size());
     let nb = args.qnn_blocks.min(model.config().n_layer).max(1);
     let (mut g1, mut g2) = (vec![Vec::new(); nb], vec![Vec::new(); nb]);
-    r.prefill(&toks[..args.qnn_chunk])?; // warm-up
+    r.prefill(&toks[..chunk], 0)?; // warm-up
     for _ in 0..args.reps.max(1) {
-        r.reset()?;
-        r.prefill(&toks[..args.qnn_chunk])?;
-        r.decode_step(toks[args.qnn_chunk])?;
-        let (b, pre, dec) = r.graphs_mut();
+        r.truncate(0)?;
+        r.prefill(&toks[..chunk], 0)?;
+        r.decode_step(toks[chunk])?;
+        let (b, sets) = r.graphs_mut();
+        let (pre, dec) = forms(sets, chunk, verify);
         for i in 0..nb {
             g1[i].push(b.stats(&pre[i]).last_execute.as_secs_f64() * 1e3);
             g2[i].push(b.stats(&dec[i]).last_execute.as_secs_f64() * 1e3);
         }
     }
     // Free and load every graph once more to time the switch.
-    let (b, pre, dec) = r.graphs_mut();
+    let (b, sets) = r.graphs_mut();
+    let (pre, dec) = forms(sets, chunk, verify);
     for g in pre.iter_mut().chain(dec.iter_mut()) {
         b.unload(g);
         b.load(g)?;
@@ -112,7 +140,8 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
     let mut body = format!(
         "Model `{name}`, QNN HTP backend (x86-64 emulator from the onnxruntime-qnn wheel, \
          QNN build {}), fp16 weights and activations, {nb} blocks, G1 = {} tokens, \
-         G2 = 1 token, {} KV slots; execute times are medians of {} runs. Machine shared \
+         G2 = {verify} tokens (a decode step: 1 valid row), {} KV slots; execute times are \
+         medians of {} runs. Machine shared \
          with other jobs (loaded). Compile = build + finalize + serialize on a context-cache \
          miss, else reading the cached binary; all graphs ready in {setup_s:.1} s.\n\n\
          | block | layers | shape | compile ms | finalize ms | serialize ms | cached | binary MB | load ms | free ms | execute ms |\n\
@@ -128,7 +157,7 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
         let (e1, e2) = (median(g1[i].clone()), median(g2[i].clone()));
         sum1 += e1;
         sum2 += e2;
-        for (g, e, shape) in [(&pre[i], e1, args.qnn_chunk), (&dec[i], e2, 1)] {
+        for (g, e, shape) in [(&pre[i], e1, chunk), (&dec[i], e2, verify)] {
             let t = g.times();
             let l = &b.block(g).layers;
             body.push_str(&format!(
@@ -148,7 +177,7 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
         blocks.push(BlockProfile {
             layers: format!("{}-{}", l.start, l.end - 1),
             g1_chunk_ms: e1,
-            g2_chunk_ms: e2 * args.qnn_chunk as f64,
+            g2_chunk_ms: e2 * (chunk / verify) as f64,
             load_g2_ms: ms(dec[i].times().load),
             unload_g1_ms: ms(pre[i].times().free),
             mem_g1_bytes: pre[i].times().binary_bytes as u64,
@@ -157,7 +186,7 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
     }
     body.push_str(&format!(
         "\nWhole model from the block sums: prefill {:.2} tok/s (G1), decode {:.2} tok/s (G2).\n",
-        args.qnn_chunk as f64 / (sum1 / 1e3),
+        chunk as f64 / (sum1 / 1e3),
         1.0 / (sum2 / 1e3)
     ));
     let machine = profile::machine_id();
@@ -167,8 +196,8 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
         backend: "qnn-htp".into(),
         machine: machine.clone(),
         source: format!("measured by rag bench model --backend qnn on {machine} (HTP emulator)"),
-        chunk_tokens: args.qnn_chunk,
-        g2_tokens: 1,
+        chunk_tokens: chunk,
+        g2_tokens: verify,
         decode_step_ms: sum2,
         switch_needed: true,
         blocks,

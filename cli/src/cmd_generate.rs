@@ -3,8 +3,13 @@
 use anyhow::{Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::StreamDecoder;
+use npu_runtime::backend::Backend;
 use npu_runtime::session::{generate_greedy, LoadOptions, Model, Session, SessionOptions};
 use npu_runtime::weights_cache::WeightsCache;
+use specdec::budget::{CostCurve, DEFAULT_SIZES};
+use specdec::curve_cache;
+use specdec::{GenConfig, Generator};
+use std::cell::Cell;
 use std::io::Write;
 
 #[derive(clap::Args)]
@@ -40,75 +45,117 @@ pub struct Args {
     /// bytes per token; llama.cpp's default).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
     pub kv_cache: String,
-    /// Where the block graphs run: `cpu`, or `qnn` (Qualcomm HTP; on x86-64 the emulator
-    /// from `scripts/fetch-model.sh qnn-htp`, slow).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "qnn"])]
-    pub backend: String,
-    /// QNN: KV slots of the compiled graphs (a fixed shape, so compiled graphs are reused
-    /// from the context cache across prompts); prompt + max_tokens must fit.
-    #[arg(long, default_value_t = 128)]
-    pub qnn_kv: usize,
-    /// QNN: tokens per prefill-graph run.
-    #[arg(long, default_value_t = 8)]
-    pub qnn_chunk: usize,
-    /// QNN: number of blocks (graphs per shape) the layers are split into.
-    #[arg(long, default_value_t = 2)]
-    pub qnn_blocks: usize,
+    /// Speculative decoding: none (plain greedy steps), pld, sam or sdnpu. The output
+    /// is the same token for token; only the speed differs.
+    #[arg(long, default_value = "none", value_parser = ["none", "pld", "sam", "sdnpu"])]
+    pub spec: String,
+    #[command(flatten)]
+    pub backend: crate::backend_args::BackendArgs,
 }
 
-/// Greedy generation on the QNN backend through the block driver.
-fn generate_qnn(
+/// Timings of one generation, whichever way it decoded.
+struct Stats {
+    prompt_tokens: usize,
+    generated: usize,
+    prefill_ms: f64,
+    decode_ms: f64,
+    decode_tok_s: f64,
+    /// Speculative decoding: mean tokens per verify step.
+    tokens_per_step: Option<f64>,
+}
+
+/// Greedy (`--spec none`: one decode step per token) or speculative generation on a
+/// session of any backend. The verify-cost curve comes from the cache, or is profiled
+/// once (before the prompt) and cached.
+fn decode<B: Backend>(
+    session: &mut Session<B>,
+    args: &Args,
+    prompt: &[u32],
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Result<Stats> {
+    let mode = specdec::Mode::parse(&args.spec).map_err(|e| anyhow::anyhow!("--spec: {e}"))?;
+    if mode == specdec::Mode::None {
+        let s = generate_greedy(session, prompt, args.max_tokens, on_token)?;
+        return Ok(Stats {
+            prompt_tokens: s.prompt_tokens,
+            generated: s.generated,
+            prefill_ms: s.prefill_ms,
+            decode_ms: s.decode_ms,
+            decode_tok_s: s.decode_tok_s,
+            tokens_per_step: None,
+        });
+    }
+    let model = session.model().clone();
+    let backend = match session.backend().name() {
+        "cpu" => "cpu".to_owned(),
+        other => format!("{other} v{}", session.options().max_verify),
+    };
+    let file = curve_cache::backend_cache_file(
+        &npu_runtime::schedule::profile::cache_dir(),
+        model.path(),
+        model.threads(),
+        &backend,
+    );
+    let key = curve_cache::CurveKey::current(model.path(), model.threads())?.on_backend(&backend);
+    let (curve, source) = curve_cache::get_or_profile(&file, &key, false, || {
+        CostCurve::profile(session, prompt[0], &DEFAULT_SIZES, 3)
+    })?;
+    if !args.json {
+        eprintln!("[verify cost curve: {source}]");
+    }
+    let cfg = GenConfig {
+        cost_curve: Some(curve),
+        max_budget: GenConfig::default().max_budget.min(session.options().max_verify),
+        ..GenConfig::default()
+    };
+    let mut generator = Generator::new(mode, None, cfg);
+    let stopped = Cell::new(false);
+    let mut emit = |t: u32| {
+        if !stopped.get() && !on_token(t) {
+            stopped.set(true);
+        }
+    };
+    let (tokens, m) =
+        generator.generate_until(session, prompt, args.max_tokens, &mut emit, &|| stopped.get())?;
+    Ok(Stats {
+        prompt_tokens: prompt.len(),
+        generated: tokens.len(),
+        prefill_ms: m.prefill_ms,
+        decode_ms: m.decode_ms,
+        decode_tok_s: m.decode_tok_s(),
+        tokens_per_step: Some(m.mean_accepted()),
+    })
+}
+
+/// A session on the QNN HTP backend with `args`' shapes, sized for `needed` KV slots.
+fn qnn_session(
     args: &Args,
     model: &std::sync::Arc<Model>,
-    prompt: &[u32],
-    on_token: impl FnMut(u32) -> bool,
-) -> Result<npu_runtime::session::GenerationStats> {
-    use npu_runtime::qnn::{generate_greedy, BinaryCache, BlockRunner, QnnBackend};
-    use npu_runtime::session::StopReason;
-    if prompt.len() + args.max_tokens > args.qnn_kv {
-        anyhow::bail!(
-            "prompt ({} tokens) + --max-tokens {} exceed --qnn-kv {}",
-            prompt.len(),
-            args.max_tokens,
-            args.qnn_kv
-        );
-    }
+    needed: usize,
+) -> Result<Session<npu_runtime::qnn::QnnBackend>> {
+    use npu_runtime::qnn::{BinaryCache, QnnBackend};
+    let kv = args.backend.qnn_kv;
+    anyhow::ensure!(
+        needed <= kv,
+        "prompt + --max-tokens + one verify batch need {needed} KV slots, more than --qnn-kv {kv}"
+    );
+    let rag::engine::BackendChoice::Qnn(shapes) = args.backend.choice()? else {
+        anyhow::bail!("not the QNN backend");
+    };
+    let opts = rag::engine::qnn_session_options(&shapes, kv, crate::kv_precision(&args.kv_cache)?)?;
     let backend = QnnBackend::new(
         model.clone(),
-        args.qnn_kv,
+        kv,
         Some(BinaryCache::new(BinaryCache::default_dir())),
     )?;
     let t0 = std::time::Instant::now();
-    let mut r = BlockRunner::new(
-        backend,
-        model.clone(),
-        args.qnn_blocks,
-        args.qnn_chunk,
-        args.qnn_kv,
-    )?;
+    let s = Session::with_backend(backend, model.clone(), opts)?;
     eprintln!(
         "[qnn: {} graphs compiled or loaded from the context cache in {:.1} s]",
-        r.graphs().count(),
+        s.graphs().count(),
         t0.elapsed().as_secs_f64()
     );
-    let s = generate_greedy(&mut r, prompt, args.max_tokens, on_token)?;
-    Ok(npu_runtime::session::GenerationStats {
-        prompt_tokens: s.prompt_tokens,
-        generated: s.generated,
-        prefill_ms: s.prefill_ms,
-        decode_ms: s.decode_ms,
-        decode_tok_s: if s.decode_ms > 0.0 {
-            s.decode_steps as f64 / (s.decode_ms / 1e3)
-        } else {
-            0.0
-        },
-        // The driver stops early only at an end-of-generation token or a closed stdout.
-        stop: if s.generated >= args.max_tokens {
-            StopReason::MaxTokens
-        } else {
-            StopReason::EndOfGeneration
-        },
-    })
+    Ok(s)
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -164,10 +211,13 @@ pub fn run(args: Args) -> Result<()> {
         }
         true
     };
-    let stats = if args.backend == "qnn" {
-        generate_qnn(&args, &model, &prompt, on_token)?
+    let stats = if args.backend.backend == "qnn" {
+        let verify = args.backend.qnn_verify_rows;
+        let mut session = qnn_session(&args, &model, prompt.len() + args.max_tokens + verify)?;
+        decode(&mut session, &args, &prompt, on_token)?
     } else {
-        let kv_capacity = (prompt.len() + args.max_tokens + 1).min(ctx);
+        let max_verify = SessionOptions::default().max_verify;
+        let kv_capacity = (prompt.len() + args.max_tokens + max_verify + 1).min(ctx);
         let mut session = Session::new(
             model.clone(),
             SessionOptions {
@@ -176,7 +226,7 @@ pub fn run(args: Args) -> Result<()> {
                 ..SessionOptions::default()
             },
         )?;
-        generate_greedy(&mut session, &prompt, args.max_tokens, on_token)?
+        decode(&mut session, &args, &prompt, on_token)?
     };
     if args.json {
         let text = tok.decode(&ids)?;
@@ -187,14 +237,20 @@ pub fn run(args: Args) -> Result<()> {
             "prefill_ms": stats.prefill_ms,
             "decode_ms": stats.decode_ms,
             "decode_tok_s": stats.decode_tok_s,
+            "backend": args.backend.backend,
+            "spec": args.spec,
+            "tokens_per_step": stats.tokens_per_step,
         });
         writeln!(stdout, "{obj}")?;
     } else {
         piece.clear();
         stream.finish(&mut piece);
         writeln!(stdout, "{piece}")?;
+        let per_step = stats
+            .tokens_per_step
+            .map_or(String::new(), |t| format!(", {t:.2} tokens per step"));
         eprintln!(
-            "[{} prompt tokens, prefill {:.1} ms; {} tokens, {:.1} tok/s decode]",
+            "[{} prompt tokens, prefill {:.1} ms; {} tokens, {:.1} tok/s decode{per_step}]",
             stats.prompt_tokens, stats.prefill_ms, stats.generated, stats.decode_tok_s
         );
     }

@@ -1,6 +1,7 @@
 //! `rag`: a thin command-line shell over the library crates. Each subcommand lives in its
 //! own module and owns its argument struct; this file only dispatches.
 
+mod backend_args;
 mod bench_report;
 mod cmd_ask;
 mod cmd_bench_answers;

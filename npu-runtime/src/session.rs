@@ -385,6 +385,12 @@ impl<B: Backend> Session<B> {
         (&self.backend, sets)
     }
 
+    /// Rows of the decode/verify graph a batch of `n` rows runs on (`None`: more than
+    /// the largest).
+    pub fn verify_graph_rows(&self, n: usize) -> Option<usize> {
+        self.verify_shape_for(n)
+    }
+
     /// The graph size a verify batch (or prefill remainder) of `n` rows runs on: the
     /// smallest decode/verify size that holds it.
     fn verify_shape_for(&self, n: usize) -> Option<usize> {

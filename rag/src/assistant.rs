@@ -580,12 +580,20 @@ impl Assistant {
         )
         .unwrap_or_else(|_| TokenDb::new((self.opts.token_db_max_tokens / 4).max(1)));
         let sam = Arc::new(drafting_db(&corpus_db, &conversations).build_index());
-        let curve_file = curve_cache::cache_file(
+        // Curves (and prompt-head KV rows) of another backend are kept apart.
+        let backend = match session.backend_name() {
+            "cpu" => "cpu".to_owned(),
+            other => format!("{other} v{}", session.max_verify()),
+        };
+        let curve_file = curve_cache::backend_cache_file(
             &npu_runtime::schedule::profile::cache_dir(),
             &path,
             model.threads(),
+            &backend,
         );
-        let curve_key = CurveKey::current(&path, model.threads()).ok();
+        let curve_key = CurveKey::current(&path, model.threads())
+            .ok()
+            .map(|k| k.on_backend(&backend));
         // Without a valid cached curve the first answer uses `provisional_budget` and the
         // curve is profiled after it (see `ask`).
         let cached = curve_key

@@ -112,8 +112,21 @@ impl CostCurve {
             .filter(|&n| n >= 1 && n <= max)
             .collect();
         let mut out_ms = vec![f64::INFINITY; out_sizes.len()];
+        // Sizes that run on the same static graph cost the same: measure the largest of
+        // each graph (a QNN session has one verify graph for every size).
+        let graph = |n: usize| target.graph_rows(n);
+        let measured: Vec<bool> = (0..out_sizes.len())
+            .map(|i| {
+                out_sizes
+                    .get(i + 1)
+                    .is_none_or(|&m| graph(m) != graph(out_sizes[i]))
+            })
+            .collect();
         for round in 0..=reps.max(1) {
             for (i, &n) in out_sizes.iter().enumerate() {
+                if !measured[i] {
+                    continue;
+                }
                 chain_of(&mut flat, pending, n);
                 let t = Instant::now();
                 target.verify(&flat, &mut argmax)?;
@@ -121,6 +134,11 @@ impl CostCurve {
                 if round > 0 {
                     out_ms[i] = out_ms[i].min(t.elapsed().as_secs_f64() * 1e3);
                 }
+            }
+        }
+        for i in (0..out_ms.len()).rev() {
+            if !measured[i] {
+                out_ms[i] = out_ms[i + 1];
             }
         }
         for ms in &mut out_ms {
@@ -284,9 +302,11 @@ mod tests {
     use super::*;
     use crate::target::PrefillOut;
 
-    /// Records the verify batch sizes it is asked for.
+    /// Records the verify batch sizes it is asked for; batches run on graphs of at
+    /// least `min_graph` rows.
     struct Recorder {
         seen: Vec<usize>,
+        min_graph: usize,
     }
 
     impl Target for Recorder {
@@ -312,6 +332,9 @@ mod tests {
         fn max_batch(&self) -> usize {
             8
         }
+        fn graph_rows(&self, n: usize) -> usize {
+            n.max(self.min_graph)
+        }
         fn context_left(&self) -> usize {
             100
         }
@@ -319,13 +342,31 @@ mod tests {
 
     #[test]
     fn profile_visits_sizes_in_rounds_within_the_batch_limit() {
-        let mut t = Recorder { seen: Vec::new() };
+        let mut t = Recorder {
+            seen: Vec::new(),
+            min_graph: 1,
+        };
         let c = CostCurve::profile(&mut t, 7, &[1, 2, 4, 8, 16], 3).unwrap();
         // A warm-up round, then 3 timed rounds, each over every size the target takes.
         let round = [1, 2, 4, 8];
         assert_eq!(t.seen, round.repeat(4));
         assert_eq!(c.sizes, round.to_vec());
         assert!(c.ms.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn profile_measures_each_static_graph_once() {
+        // Sizes 1, 2 and 4 all run on the 4-row graph: only 4 and 8 are verified, and
+        // 1 and 2 get the 4-row graph's cost.
+        let mut t = Recorder {
+            seen: Vec::new(),
+            min_graph: 4,
+        };
+        let c = CostCurve::profile(&mut t, 7, &[1, 2, 4, 8, 16], 2).unwrap();
+        assert_eq!(t.seen, [4, 8].repeat(3));
+        assert_eq!(c.sizes, vec![1, 2, 4, 8]);
+        assert_eq!(c.ms[0], c.ms[2]);
+        assert_eq!(c.ms[1], c.ms[2]);
     }
 
     #[test]

@@ -106,6 +106,16 @@ impl CurveKey {
         })
     }
 
+    /// The key of a curve measured on another backend than the CPU: `backend` names it
+    /// and its graph shapes (e.g. `qnn-htp v16`), so its curve is cached apart.
+    pub fn on_backend(mut self, backend: &str) -> Self {
+        if backend != "cpu" {
+            self.engine.push_str(" backend ");
+            self.engine.push_str(backend);
+        }
+        self
+    }
+
     /// What differs from `other`, for reports ("" when equal).
     fn difference(&self, other: &CurveKey) -> String {
         let mut d = Vec::new();
@@ -123,6 +133,19 @@ impl CurveKey {
         }
         d.join(", ")
     }
+}
+
+/// Cache file of a model's curve on `backend` (`cpu`: [`cache_file`]).
+pub fn backend_cache_file(dir: &Path, model: &Path, threads: usize, backend: &str) -> PathBuf {
+    let f = cache_file(dir, model, threads);
+    if backend == "cpu" {
+        return f;
+    }
+    let tag: String = backend
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    f.with_extension(format!("{tag}.json"))
 }
 
 /// Cache file of a model (by file stem) at a thread count.

@@ -98,6 +98,10 @@ impl<B: Backend> Target for Session<B> {
         self.options().max_verify
     }
 
+    fn graph_rows(&self, n: usize) -> usize {
+        self.verify_graph_rows(n).unwrap_or(n)
+    }
+
     fn context_left(&self) -> usize {
         self.kv_capacity().saturating_sub(self.n_past())
     }

@@ -91,6 +91,12 @@ pub trait Target {
     /// Largest verify batch the target accepts.
     fn max_batch(&self) -> usize;
 
+    /// Rows of the static graph a verify batch of `n` rows runs on (padded): batches
+    /// that share a graph cost the same, so a cost profile measures each graph once.
+    fn graph_rows(&self, n: usize) -> usize {
+        n
+    }
+
     /// Positions still free in the context (KV) window.
     fn context_left(&self) -> usize;
 }
