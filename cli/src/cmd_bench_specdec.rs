@@ -9,6 +9,7 @@
 use crate::bench_report;
 use anyhow::{bail, Context, Result};
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use rag::engine::Engine;
 use serde_json::json;
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
 use specdec::curve_cache::{self, CurveSource};
@@ -97,6 +98,12 @@ pub struct Args {
     /// acceptance learned on earlier prompts (the token database still grows).
     #[arg(long)]
     fresh_generator: bool,
+    /// Skip the plain greedy reference run (one decode step per token, no tree
+    /// verification) that every mode's output is compared with, token for token.
+    #[arg(long)]
+    no_greedy_reference: bool,
+    #[command(flatten)]
+    backend: crate::backend_args::BackendArgs,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -215,9 +222,13 @@ pub fn run(args: Args) -> Result<()> {
             .split(',')
             .map(Mode::parse)
             .collect::<Result<Vec<_>, _>>()?;
-        // `none` is the reference for speed-up and mismatches: always first.
+        // `none` is the reference for speed-up: first, and always there unless the
+        // plain greedy run is (then it may be left out, e.g. on a slow backend).
+        let had_none = m.contains(&Mode::None);
         m.retain(|&x| x != Mode::None);
-        m.insert(0, Mode::None);
+        if had_none || args.no_greedy_reference {
+            m.insert(0, Mode::None);
+        }
         m
     };
     let dataset = args
@@ -234,15 +245,26 @@ pub fn run(args: Args) -> Result<()> {
     };
     let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     let kv = (longest + args.max_tokens + args.max_verify + 8).min(model.config().ctx_len);
-    let mut session = Session::new(
-        model.clone(),
-        SessionOptions {
-            kv_capacity: kv,
-            max_verify: args.max_verify,
-            kv_precision: crate::kv_precision(&args.kv_cache)?,
-            ..Default::default()
-        },
-    )?;
+    let precision = crate::kv_precision(&args.kv_cache)?;
+    let backend = args.backend.choice()?;
+    let mut session: Box<dyn Engine> = match &backend {
+        rag::engine::BackendChoice::Cpu => Box::new(Session::new(
+            model.clone(),
+            SessionOptions {
+                kv_capacity: kv,
+                max_verify: args.max_verify,
+                kv_precision: precision,
+                ..Default::default()
+            },
+        )?),
+        // A static shape: rounded up so that runs on similar prompts share compiled graphs.
+        qnn => rag::engine::open(&model, qnn, kv.div_ceil(128) * 128, precision)?,
+    };
+    let backend_tag = match session.backend_name() {
+        "cpu" => "cpu".to_owned(),
+        other => format!("{other} v{}", session.max_verify()),
+    };
+    let max_verify = session.max_verify();
     let base_db = match &args.db {
         Some(p) => Some(TokenDb::open(p, specdec::tokendb::DEFAULT_MAX_TOKENS)?),
         None => None,
@@ -250,14 +272,15 @@ pub fn run(args: Args) -> Result<()> {
 
     // Verify-cost curve at the depth of the first prompt.
     let mut pre = specdec::PrefillOut::default();
-    specdec::Target::prefill(&mut session, &prompts[0], 0, &mut pre)?;
-    let profile = |session: &mut Session| CostCurve::profile(session, pre.next, &DEFAULT_SIZES, 3);
+    specdec::Target::prefill(&mut *session, &prompts[0], 0, &mut pre)?;
+    let profile =
+        |session: &mut dyn Engine| CostCurve::profile(session, pre.next, &DEFAULT_SIZES, 3);
     let (curve, source) = match &args.cost_curve {
         Some(p) if p.exists() && !args.reprofile => {
             (CostCurve::load(p)?, CurveSource::Cached(p.clone()))
         }
         Some(p) => {
-            let c = profile(&mut session)?;
+            let c = profile(&mut *session)?;
             c.save(p)?;
             let why = if args.reprofile {
                 "--reprofile"
@@ -267,13 +290,15 @@ pub fn run(args: Args) -> Result<()> {
             (c, CurveSource::Profiled { why: why.into() })
         }
         None => {
-            let key = curve_cache::CurveKey::current(&path, model.threads())?;
-            let file = curve_cache::cache_file(
+            let key =
+                curve_cache::CurveKey::current(&path, model.threads())?.on_backend(&backend_tag);
+            let file = curve_cache::backend_cache_file(
                 &npu_runtime::schedule::profile::cache_dir(),
                 &path,
                 model.threads(),
+                &backend_tag,
             );
-            curve_cache::get_or_profile(&file, &key, args.reprofile, || profile(&mut session))?
+            curve_cache::get_or_profile(&file, &key, args.reprofile, || profile(&mut *session))?
         }
     };
     if !args.json {
@@ -314,7 +339,7 @@ pub fn run(args: Args) -> Result<()> {
             max_budget: args
                 .max_budget
                 .unwrap_or(GenConfig::default().max_budget)
-                .min(args.max_verify),
+                .min(max_verify),
             fixed_budget: args.fixed_budget.filter(|_| mode != Mode::None),
             learned_ranking: !args.heuristic_ranking,
             arm_choice: !args.single_arm,
@@ -341,7 +366,41 @@ pub fn run(args: Args) -> Result<()> {
             ratios: Vec::new(),
         })
         .collect();
+    let mut greedy = ModeResult {
+        mode: Mode::None,
+        metrics: Metrics::default(),
+        outputs: Vec::new(),
+        ratios: Vec::new(),
+    };
     for (i, prompt) in prompts.iter().enumerate() {
+        if !args.no_greedy_reference {
+            session.truncate(0)?;
+            let (out, st) = session
+                .generate_greedy(prompt, args.max_tokens)
+                .with_context(|| format!("greedy reference, prompt {}", ids[i]))?;
+            if !args.json {
+                eprintln!(
+                    "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  prefill {:5.0} ms",
+                    "greedy",
+                    ids[i],
+                    out.len(),
+                    st.decode_ms / st.generated.saturating_sub(1).max(1) as f64,
+                    st.prefill_ms
+                );
+            }
+            let m = &mut greedy.metrics;
+            m.runs += 1;
+            m.prompt_tokens += st.prompt_tokens;
+            m.tokens += out.len();
+            m.steps += st.generated.saturating_sub(1);
+            m.prefill_ms += st.prefill_ms;
+            m.decode_ms += st.decode_ms;
+            // Each decode step costs a one-row batch on the curve.
+            let eog = st.stop == npu_runtime::session::StopReason::EndOfGeneration;
+            let steps = st.generated.saturating_sub(1) + usize::from(eog);
+            m.modeled_verify_ms += steps as f64 * curve.cost(1);
+            greedy.outputs.push(out);
+        }
         for (k, gen) in gens.iter_mut().enumerate() {
             let mode = modes[k];
             if args.fresh_generator {
@@ -349,7 +408,7 @@ pub fn run(args: Args) -> Result<()> {
             }
             session.truncate(0)?;
             let (out, m) = gen
-                .generate(&mut session, prompt, args.max_tokens, &mut |_| {})
+                .generate(&mut *session, prompt, args.max_tokens, &mut |_| {})
                 .with_context(|| format!("mode {} prompt {}", mode.name(), ids[i]))?;
             if let Some(d) = dbs[k].as_mut().filter(|_| !args.no_conversation_db) {
                 // A finished answer joins the database, like the assistant's
@@ -389,7 +448,12 @@ pub fn run(args: Args) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let tok = graphs::tokenizer::Tokenizer::from_gguf(&f)
             .map_err(|e| anyhow::anyhow!("{}: tokenizer: {e}", path.display()))?;
-        for (id, out) in ids.iter().zip(&results[0].outputs) {
+        let shown = if greedy.outputs.is_empty() {
+            &results[0].outputs
+        } else {
+            &greedy.outputs
+        };
+        for (id, out) in ids.iter().zip(shown) {
             let text = tok.decode(out).unwrap_or_else(|e| format!("<{e}>"));
             eprintln!("--- q{id} output:\n{text}\n---");
         }
@@ -402,8 +466,20 @@ pub fn run(args: Args) -> Result<()> {
         Some(p) => Some(read_llamacpp(p, prompts.len(), args.max_tokens)?),
         None => None,
     };
-    let base_ms = results[0].metrics.ms_per_token();
-    let base_model_ms = results[0].metrics.modeled_ms_per_token();
+    // Speed-ups are over `none` (one-row tree verification) when it ran, else over plain
+    // greedy steps; outputs are compared with plain greedy steps when they ran.
+    let has_greedy = !greedy.outputs.is_empty();
+    let base = results
+        .iter()
+        .find(|r| r.mode == Mode::None)
+        .unwrap_or(&greedy);
+    let base_ms = base.metrics.ms_per_token();
+    let base_model_ms = base.metrics.modeled_ms_per_token();
+    let reference = if has_greedy {
+        greedy.outputs.clone()
+    } else {
+        results[0].outputs.clone()
+    };
     let mut table = String::new();
     table.push_str(&format!(
         "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {}; curve: {}.\n\n",
@@ -424,6 +500,29 @@ pub fn run(args: Args) -> Result<()> {
             s => s.to_string(),
         }
     ));
+    table.push_str(&format!(
+        "Backend {backend_tag}. Mismatches = prompts whose output differs from {} (tokens that differ).\n\n",
+        if has_greedy {
+            "plain greedy decoding (one decode step per token)"
+        } else {
+            "mode `none`"
+        }
+    ));
+    if has_greedy {
+        let m = &greedy.metrics;
+        table.push_str(&format!(
+            "Plain greedy decoding: {:.2} tok/s, {:.1} ms/token, prefill {:.0} ms per prompt; \
+             speed-ups below are over {}.\n\n",
+            m.decode_tok_s(),
+            m.ms_per_token(),
+            m.prefill_ms / m.runs.max(1) as f64,
+            if std::ptr::eq(base, &greedy) {
+                "plain greedy decoding"
+            } else {
+                "mode `none`"
+            }
+        ));
+    }
     table.push_str("| mode | decode tok/s | ms/token | speedup | modeled speedup | mean accepted (kept) | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @4 / @8 / @16 / @64 |\n");
     table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut jmodes = serde_json::Map::new();
@@ -443,9 +542,18 @@ pub fn run(args: Args) -> Result<()> {
         let mismatches = r
             .outputs
             .iter()
-            .zip(&results[0].outputs)
+            .zip(&reference)
             .filter(|(a, b)| a != b)
             .count();
+        let mismatched_tokens: usize = r
+            .outputs
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| {
+                let same = a.iter().zip(b).filter(|(x, y)| x == y).count();
+                a.len().max(b.len()) - same
+            })
+            .sum();
         table.push_str(&format!(
             "| {} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2} ({:.2}) | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} / {:.2} / {:.2} |\n",
             r.mode.name(),
@@ -461,7 +569,7 @@ pub fn run(args: Args) -> Result<()> {
             100.0 * u,
             100.0 * m.overhead_share(),
             m.prefill_ms / m.runs.max(1) as f64,
-            mismatches,
+            format!("{mismatches} ({mismatched_tokens})"),
             m.potential_accepted(4),
             m.potential_accepted(8),
             m.potential_accepted(16),
@@ -480,6 +588,7 @@ pub fn run(args: Args) -> Result<()> {
                 "wasted": w,
                 "underutilized": u,
                 "mismatches": mismatches,
+                "mismatched_tokens": mismatched_tokens,
                 "mean_batch": m.mean_budget(),
                 "draft_overhead": m.overhead_share(),
                 "prefill_ms": m.prefill_ms / m.runs.max(1) as f64,
@@ -576,6 +685,13 @@ pub fn run(args: Args) -> Result<()> {
             "threads": model.threads(),
             "cost_curve_ms": curve.sizes.iter().zip(&curve.ms).map(|(n, ms)| json!([n, ms])).collect::<Vec<_>>(),
             "cost_curve_source": source.to_string(),
+            "backend": backend_tag,
+            "greedy_reference": has_greedy.then(|| json!({
+                "decode_tok_s": greedy.metrics.decode_tok_s(),
+                "ms_per_token": greedy.metrics.ms_per_token(),
+                "prefill_ms": greedy.metrics.prefill_ms / greedy.metrics.runs.max(1) as f64,
+                "tokens": greedy.metrics.tokens,
+            })),
             "modes": jmodes,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
@@ -589,16 +705,18 @@ pub fn run(args: Args) -> Result<()> {
             kv => ("-kv-", format!(", KV cache {kv}")),
         };
         let key = format!(
-            "specdec-{}-{}{}{}{}",
+            "specdec-{}{}-{}{}{}{}",
             model_name,
+            if backend_tag == "cpu" { "" } else { "-qnn" },
             args.category,
             if args.ablation { "-ablation" } else { "" },
             kv.0,
             if kv.0.is_empty() { "" } else { &args.kv_cache }
         );
         let title = format!(
-            "Speculative decoding: {} on {}{}{}",
+            "Speculative decoding: {}{} on {}{}{}",
             model_name,
+            if backend_tag == "cpu" { "" } else { " (QNN HTP emulator)" },
             args.category,
             if args.ablation { " (ablation)" } else { "" },
             kv.1

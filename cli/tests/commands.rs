@@ -323,3 +323,51 @@ fn generate_caches_repacked_weights_unless_told_not_to() {
     assert_eq!(tokens(&plain), tokens(&first));
     assert_eq!(tokens(&plain), tokens(&second));
 }
+
+/// `rag ask --backend qnn`: retrieval, the prompt's prefill on the QNN prefill graphs and
+/// speculative decoding on the 16-row verify graphs of the HTP emulator; the answer comes
+/// with its sources. Small on purpose (one source, 4 tokens): emulation is slow. The graph
+/// shapes match `tests/tests/qnn_speculative.rs`, so the two share compiled graphs.
+#[test]
+fn ask_on_the_qnn_backend_answers_with_sources() {
+    if !model_available() {
+        return;
+    }
+    if let Err(e) = npu_runtime::qnn::runtime() {
+        if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") {
+            return;
+        }
+        panic!("{e} (set RAG_SKIP_QNN_TESTS=1 to skip QNN tests)");
+    }
+    let idx = tempfile::tempdir().unwrap();
+    index_sample(idx.path());
+    let out = run_ok(
+        rag(&[
+            "ask",
+            "How do I do a factory reset of the Kestrel K2 console?",
+            "--model",
+            "smollm2-135m",
+            "--no-dense",
+            "--top-k",
+            "1",
+            "--context-tokens",
+            "96",
+            "--max-tokens",
+            "4",
+            "--backend",
+            "qnn",
+            "--qnn-kv",
+            "256",
+            "--json",
+            "--index-dir",
+        ])
+        .arg(idx.path()),
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backend"], "qnn-htp", "{v}");
+    assert!(!v["answer"].as_str().unwrap().is_empty(), "{v}");
+    let n = v["tokens_generated"].as_u64().unwrap();
+    assert!(n > 0 && n <= 4, "{v}");
+    assert_eq!(v["sources"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["speculation"]["mode"], "sdnpu", "{v}");
+}

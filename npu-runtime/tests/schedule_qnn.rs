@@ -1,12 +1,12 @@
 //! The schedules executed on the QNN HTP emulator, where a switch is a real `contextFree`
 //! of the G1 context and `contextCreateFromBinary` of the G2 one. CI scale: SmolLM2 in 2
-//! blocks, chunks of 16 tokens and G2 graphs of 16 rows (the only QNN layout whose output
-//! cannot depend on the schedule, `schedule::qnn`), a 32-token prompt (two full chunks),
-//! 64 KV slots. Warm-up must measure non-zero loads, frees and the context binaries'
-//! memory. The prefill output (logits and every KV row) and the first decode step must be
-//! bit-identical to sync's (all prefill on G1, switches after it) for async, the paper's
-//! greedy (which computes 3 of the 4 steps on G2, among them a full chunk of the first
-//! block) and the exact optimum. A G2 size other than the chunk is refused.
+//! blocks, chunks of 32 tokens on G1 and G2 graphs of 16 rows (a chunk on G2 is two runs),
+//! a 64-token prompt (two full chunks), 96 KV slots. Warm-up must measure non-zero loads,
+//! frees and the context binaries' memory. The prefill output (logits and every KV row)
+//! and the first decode step must be bit-identical to sync's (all prefill on G1, switches
+//! after it) for async, the paper's greedy (which computes 3 of the 4 steps on G2, among
+//! them a full chunk of the first block) and the exact optimum. G2 graphs of fewer than 16
+//! rows (less precise HTP code) are refused.
 
 mod common;
 use common::{qnn_available, smollm2};
@@ -26,18 +26,18 @@ fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
     let Some(model) = smollm2() else { return };
     let t0 = Instant::now();
     let cache = || Some(BinaryCache::new(BinaryCache::default_dir()));
-    let refused = QnnExecutor::new_qnn(model.clone(), 2, 16, 4, 64, cache());
-    assert!(refused.is_err_and(|e| e.to_string().contains("must equal the chunk")));
-    let exec = QnnExecutor::new_qnn(model.clone(), 2, 16, 16, 64, cache()).unwrap();
+    let refused = QnnExecutor::new_qnn(model.clone(), 2, 32, 8, 96, cache());
+    assert!(refused.is_err_and(|e| e.to_string().contains("at least 16 rows")));
+    let exec = QnnExecutor::new_qnn(model.clone(), 2, 32, 16, 96, cache()).unwrap();
     eprintln!(
         "compile (or cache read): {:.1} s",
         t0.elapsed().as_secs_f64()
     );
     let vocab = model.vocab_size() as u32;
-    let prompt: Vec<u32> = (0..32u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    let prompt: Vec<u32> = (0..64u32).map(|i| (i * 7919 + 13) % vocab).collect();
 
     // Warm-up on the first chunk: real loads and frees, memory of the context binaries.
-    exec.set_prompt(&prompt[..16]).unwrap();
+    exec.set_prompt(&prompt[..32]).unwrap();
     exec.reset_forms().unwrap();
     let t1 = Instant::now();
     let profile = warmup_profile(
@@ -46,7 +46,7 @@ fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
             model: "smollm2-135m".into(),
             backend: "qnn".into(),
             machine: "test".into(),
-            chunk_tokens: 16,
+            chunk_tokens: 32,
             g2_tokens: 16,
             layers: exec.layer_labels(),
             reps: 1,

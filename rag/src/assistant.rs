@@ -238,6 +238,8 @@ pub struct Answer {
     pub reused_prompt_tokens: usize,
     pub cancelled: bool,
     pub speculation: SpecSummary,
+    /// Where the block graphs ran (`cpu`, `qnn-htp`).
+    pub backend: &'static str,
 }
 
 /// What [`Assistant::build_prompt`] returns.
@@ -864,6 +866,7 @@ impl Assistant {
             prompt_tokens: prompt.len(),
             reused_prompt_tokens: common,
             cancelled: stopped.get() || stopped_flag(&cancel),
+            backend: st.session.backend_name(),
             speculation: SpecSummary {
                 mode: st.generator.mode().name(),
                 steps: metrics.steps,

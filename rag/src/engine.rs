@@ -6,7 +6,7 @@
 use anyhow::{Context, Result};
 use npu_runtime::backend::Backend;
 use npu_runtime::qnn::{BinaryCache, QnnBackend};
-use npu_runtime::session::{KvPrecision, Model, Session, SessionOptions};
+use npu_runtime::session::{self, GenerationStats, KvPrecision, Model, Session, SessionOptions};
 use specdec::Target;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -81,6 +81,9 @@ pub trait Engine: Target + Send {
     fn import_kv(&mut self, n: usize, rows: &[f32]) -> Result<()>;
     /// Largest verification batch (the decode/verify graph rows).
     fn max_verify(&self) -> usize;
+    /// Plain greedy decoding after prefilling `prompt` (one decode step per token, no
+    /// drafts): the reference speculative output must equal token for token.
+    fn generate_greedy(&mut self, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, GenerationStats)>;
 }
 
 impl<B: Backend + Send> Engine for Session<B>
@@ -107,6 +110,14 @@ where
     }
     fn max_verify(&self) -> usize {
         self.options().max_verify
+    }
+    fn generate_greedy(&mut self, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, GenerationStats)> {
+        let mut out = Vec::new();
+        let stats = session::generate_greedy(self, prompt, max_tokens, |t| {
+            out.push(t);
+            true
+        })?;
+        Ok((out, stats))
     }
 }
 

@@ -86,8 +86,11 @@ impl BinaryCache {
     }
 
     /// `qnn-htp/contexts/` next to the libraries.
+    /// `$RAG_QNN_CONTEXT_DIR`, else `contexts/` next to the QNN libraries.
     pub fn default_dir() -> PathBuf {
-        super::library::lib_dir().join("contexts")
+        std::env::var_os("RAG_QNN_CONTEXT_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| super::library::lib_dir().join("contexts"))
     }
 
     pub fn dir(&self) -> &Path {

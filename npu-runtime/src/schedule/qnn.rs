@@ -3,14 +3,11 @@
 //! `contextCreateFromBinary` of the G2 one (compilation is done, and cached on disk, before
 //! prefill starts).
 //!
-//! On the HTP a row's outputs depend on how the prompt is cut into runs (measured on the
-//! emulator, `tests/qnn_shapes.rs`): rows that arrive in the same run attend to each other
-//! through the graph's new-row columns, rows of earlier runs through the cache columns, and
-//! the two orders of fp16 accumulation differ in the last bits. Graphs of >= 16 rows compute
-//! a given run bit-identically whatever their size (padding rows are inert), graphs of fewer
-//! rows at lower precision. So the schedules produce identical outputs only when the G2 form
-//! computes a chunk in one run, as G1 does: [`GraphExecutor::new_qnn`] requires the G2 size
-//! to equal the chunk, and single decode tokens then run padded on that graph.
+//! A chunk computed on G1 in one run and on G2 as several runs gives the same bits: every
+//! row attends over its own gathered view of the KV slots (`qnn::lower`, slot attention),
+//! so a row's result does not depend on which rows share its run (`tests/qnn_shapes.rs`).
+//! Graphs of fewer than [`QNN_MIN_PRECISE_ROWS`] rows compile to less precise HTP code, so
+//! both forms must have at least that many rows.
 
 use super::graph_exec::{FormBackend, GraphExecutor};
 use super::{Result, ScheduleError};
@@ -39,10 +36,9 @@ impl FormBackend for QnnBackend {
 
 impl GraphExecutor<QnnBackend> {
     /// Compiles (or reads from `cache`) both forms of `n_blocks` blocks for the HTP; G1
-    /// contexts start loaded, G2 not. `g2` must equal `chunk` (see the module comment: any
-    /// other G2 size makes the prefill output depend on the schedule); chunks of at least
-    /// [`QNN_MIN_PRECISE_ROWS`] get the precise HTP graphs. Fails with the library fetch
-    /// command when the QNN libraries are absent.
+    /// contexts start loaded, G2 not. `g2` must divide `chunk` and have at least
+    /// [`QNN_MIN_PRECISE_ROWS`] rows (see the module comment). Fails with the library
+    /// fetch command when the QNN libraries are absent.
     pub fn new_qnn(
         model: Arc<Model>,
         n_blocks: usize,
@@ -51,11 +47,11 @@ impl GraphExecutor<QnnBackend> {
         kv_capacity: usize,
         cache: Option<BinaryCache>,
     ) -> Result<Self> {
-        if g2 != chunk {
+        if g2 < QNN_MIN_PRECISE_ROWS {
             return Err(ScheduleError::Profile(format!(
-                "on QNN the G2 size ({g2}) must equal the chunk ({chunk}): the HTP's results \
-                 depend on how rows are cut into runs, so a chunk computed as several G2 runs \
-                 would differ from the same chunk on G1 (use e.g. --chunk 16 --g2 16)"
+                "on QNN the G2 graphs need at least {QNN_MIN_PRECISE_ROWS} rows (got {g2}): \
+                 smaller HTP graphs compute less precisely, so a chunk on G2 would differ \
+                 from the same chunk on G1"
             )));
         }
         let backend = QnnBackend::new(model.clone(), kv_capacity, cache)
