@@ -1,8 +1,10 @@
 //! Bytes -> text. In order: a byte-order mark (UTF-8, UTF-16LE/BE); UTF-16 without a BOM
 //! (ASCII-heavy text with every other byte NUL); the charset the document declares (HTML
-//! `<meta charset>`, XML `encoding="..."`) unless the file is valid non-ASCII UTF-8; UTF-8; UTF-8 with a few invalid sequences
+//! `<meta charset>`, XML `encoding="..."`) unless the file is valid non-ASCII UTF-8; 7-bit
+//! ISO-2022-JP (its escape sequences); UTF-8; UTF-8 with a few invalid sequences
 //! (replaced by U+FFFD); otherwise the legacy encoding chardetng guesses (Windows-125x,
-//! ISO-8859-x, KOI8-R, Shift_JIS, EUC-JP, GBK, Big5, EUC-KR...). Line breaks are decoded
+//! ISO-8859-x, KOI8-R, Shift_JIS, EUC-JP, GBK, Big5, EUC-KR...), or an East Asian one with
+//! a few invalid sequences that chardetng alone rules out. Line breaks are decoded
 //! like any character, so line numbers counted in the text are the file's lines in every
 //! encoding.
 
@@ -54,6 +56,9 @@ pub fn decode(bytes: Vec<u8>, declared: Declared) -> Decoded {
         }
     }
     let bytes = match String::from_utf8(bytes) {
+        Ok(text) if is_iso_2022_jp(&text) => {
+            return with(encoding_rs::ISO_2022_JP, text.as_bytes(), false)
+        }
         Ok(text) => {
             return Decoded {
                 text,
@@ -67,10 +72,53 @@ pub fn decode(bytes: Vec<u8>, declared: Declared) -> Decoded {
     if mostly_utf8(&bytes) {
         return with(UTF_8, &bytes, false);
     }
+    let guess = detect(&bytes);
+    if guess.is_single_byte() {
+        if let Some(d) = damaged_multibyte(&bytes) {
+            return d;
+        }
+    }
+    with(guess, &bytes, false)
+}
+
+/// chardetng's guess for `bytes` (UTF-8 excluded: the caller has ruled it out).
+fn detect(bytes: &[u8]) -> &'static Encoding {
     let mut det = chardetng::EncodingDetector::new();
     let window = &bytes[..bytes.len().min(DETECT_WINDOW)];
     det.feed(window, window.len() == bytes.len());
-    with(det.guess(None, false), &bytes, false)
+    det.guess(None, false)
+}
+
+/// East Asian multi-byte encodings, tried when chardetng fell back to a single-byte one.
+const MULTIBYTE: [&Encoding; 5] = [
+    encoding_rs::SHIFT_JIS,
+    encoding_rs::EUC_JP,
+    encoding_rs::GBK,
+    encoding_rs::BIG5,
+    encoding_rs::EUC_KR,
+];
+
+/// chardetng rules out an encoding at its first invalid sequence, so a GBK or Shift_JIS
+/// file with one bad byte is guessed as Windows-1252 and decoded to mojibake. Here: an
+/// East Asian encoding in which the file has a few invalid sequences (at most 2% of its
+/// characters) is taken when chardetng, shown the file without those sequences, picks it.
+fn damaged_multibyte(bytes: &[u8]) -> Option<Decoded> {
+    MULTIBYTE.into_iter().find_map(|enc| {
+        let d = with(enc, bytes, false);
+        let non_ascii = d.text.chars().filter(|c| !c.is_ascii()).count();
+        if d.replaced == 0 || d.replaced * 50 > non_ascii {
+            return None;
+        }
+        let text = d.text.replace(char::REPLACEMENT_CHARACTER, "");
+        let (clean, _, _) = enc.encode(&text);
+        (detect(&clean) == enc).then_some(d)
+    })
+}
+
+/// 7-bit Japanese mail and news text: ASCII with the escape sequences that switch to
+/// JIS X 0208 (`ESC $ B`, `ESC $ @`).
+fn is_iso_2022_jp(text: &str) -> bool {
+    text.is_ascii() && (text.contains("\x1b$B") || text.contains("\x1b$@"))
 }
 
 fn with(enc: &'static Encoding, bytes: &[u8], bom: bool) -> Decoded {
