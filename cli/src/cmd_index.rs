@@ -133,10 +133,17 @@ pub fn skipped_table(files: &[SkippedFile], limit: usize) -> String {
     rows.sort_by(|a, b| (rank(&a.reason), &a.path).cmp(&(rank(&b.reason), &b.path)));
     let shown = &rows[..rows.len().min(limit)];
     let width = shown.iter().map(|f| f.reason.len()).max().unwrap_or(0);
-    let path_width = shown.iter().map(|f| f.path.chars().count()).max().unwrap_or(0);
+    let path_width = shown
+        .iter()
+        .map(|f| f.path.chars().count())
+        .max()
+        .unwrap_or(0);
     let mut out = format!("skipped files ({}):\n", files.len());
     for f in shown {
-        let line = format!("  {:width$}  {:path_width$}  {}", f.reason, f.path, f.detail);
+        let line = format!(
+            "  {:width$}  {:path_width$}  {}",
+            f.reason, f.path, f.detail
+        );
         out.push_str(line.trim_end());
         out.push('\n');
     }
