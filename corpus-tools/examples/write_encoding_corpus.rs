@@ -13,6 +13,10 @@ fn main() -> std::io::Result<()> {
     for (name, bytes, _) in corpus_tools::test_support::binary_files() {
         std::fs::write(dir.join(name), bytes)?;
     }
-    println!("{} text files and the binaries in {}", files.len(), dir.display());
+    println!(
+        "{} text files and the binaries in {}",
+        files.len(),
+        dir.display()
+    );
     Ok(())
 }
