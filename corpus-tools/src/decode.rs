@@ -5,8 +5,8 @@
 //! (replaced by U+FFFD); otherwise the legacy encoding chardetng guesses (Windows-125x,
 //! ISO-8859-x, KOI8-R, Shift_JIS, EUC-JP, GBK, Big5, EUC-KR...), or an East Asian one with
 //! a few invalid sequences that chardetng alone rules out. Line breaks are decoded
-//! like any character, so line numbers counted in the text are the file's lines in every
-//! encoding.
+//! like any character, so line numbers counted in the text (LF and CRLF end a line, a lone
+//! CR does not, as for `grep -n` and `less`) are the file's lines in every encoding.
 
 use encoding_rs::{Encoding, UTF_16BE, UTF_16LE, UTF_8};
 
