@@ -457,6 +457,27 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any bytes, under any name: a kind with valid UTF-8 to parse, or a skip; never a
+        /// panic (declaration scanning, UTF-16 sniffing and detection run on user input).
+        #[test]
+        fn any_bytes_detect_without_panicking(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3000),
+            prefix in proptest::sample::select(vec![
+                &b""[..], b"\xEF\xBB\xBF", b"\xFF\xFE", b"<?xml encoding='", b"<meta charset=",
+            ]),
+            name in proptest::sample::select(vec!["a.html", "a.xml", "a.txt", "ls.1", "x"]),
+        ) {
+            let mut input = prefix.to_vec();
+            input.extend_from_slice(&bytes);
+            if let Ok((kind, out)) = detect(Path::new(name), input) {
+                if kind != DocKind::Pdf {
+                    proptest::prop_assert!(std::str::from_utf8(&out).is_ok());
+                }
+            }
+        }
+    }
+
     #[test]
     fn legacy_text_is_decoded_not_binary() {
         let (latin1, _, _) =
