@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rag::{Embedder, Index, IndexOptions, IndexProgress, IndexSummary, Phase};
+use rag::{Embedder, Index, IndexOptions, IndexProgress, IndexSummary, Phase, SkippedFile};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,9 +36,12 @@ pub struct Args {
     /// Commit the store and BM25 after this many new chunks.
     #[arg(long, default_value_t = 2000)]
     pub commit_every: usize,
-    /// Print the summary as JSON on stdout.
+    /// Print the summary as JSON on stdout (skipped files included, as `skipped_files`).
     #[arg(long)]
     pub json: bool,
+    /// List every skipped file, not only the first ones.
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 /// The embedding model directory: `$RAG_MODEL_DIR/minilm-l6-v2` or the user cache.
@@ -96,8 +99,61 @@ pub fn run(a: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         eprintln!("{}", summary_line(&summary, &a.index_dir));
+        let limit = if a.verbose { usize::MAX } else { SKIPPED_SHOWN };
+        eprint!("{}", skipped_table(&summary.skipped_files, limit));
     }
     Ok(())
+}
+
+/// Skipped files listed without `--verbose`.
+const SKIPPED_SHOWN: usize = 10;
+
+/// Reasons in the order the table lists them: the ones a flag or a fix can change first,
+/// the expected ones (images, archives) last.
+const REASON_ORDER: [&str; 9] = [
+    "timeout",
+    "too-large",
+    "crashed",
+    "panic",
+    "parse-error",
+    "unreadable",
+    "binary",
+    "empty",
+    "unsupported",
+];
+
+/// The skipped files as a table (reason, path, detail), at most `limit` rows, then how
+/// many more there are. Empty when nothing was skipped.
+pub fn skipped_table(files: &[SkippedFile], limit: usize) -> String {
+    if files.is_empty() {
+        return String::new();
+    }
+    let rank = |r: &str| REASON_ORDER.iter().position(|x| *x == r).unwrap_or(0);
+    let mut rows: Vec<&SkippedFile> = files.iter().collect();
+    rows.sort_by(|a, b| (rank(&a.reason), &a.path).cmp(&(rank(&b.reason), &b.path)));
+    let shown = &rows[..rows.len().min(limit)];
+    let width = shown.iter().map(|f| f.reason.len()).max().unwrap_or(0);
+    let path_width = shown
+        .iter()
+        .map(|f| f.path.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = format!("skipped files ({}):\n", files.len());
+    for f in shown {
+        let line = format!(
+            "  {:width$}  {:path_width$}  {}",
+            f.reason, f.path, f.detail
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if rows.len() > shown.len() {
+        out.push_str(&format!(
+            "  ... and {} more (--verbose lists all, --json gives them as skipped_files)\n",
+            rows.len() - shown.len()
+        ));
+    }
+    out
 }
 
 pub(crate) fn progress_bar() -> ProgressBar {

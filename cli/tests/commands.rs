@@ -80,6 +80,7 @@ fn index_summary_without_a_terminal_has_no_progress_bar() {
         "files_indexed",
         "files_removed",
         "skipped",
+        "skipped_files",
         "walk_errors",
         "chunks_removed",
         "chunks_total",
@@ -88,6 +89,90 @@ fn index_summary_without_a_terminal_has_no_progress_bar() {
         "elapsed",
     ] {
         assert!(s.get(key).is_some(), "missing {key} in {s}");
+    }
+}
+
+/// Files as users have them, through the binary: every encoding of corpus-tools' corpus
+/// found and cited at its line by `rag search`; skipped files listed by path in `--json`
+/// and on the terminal (a short table, all of them with `--verbose`).
+#[test]
+fn index_lists_skipped_files_and_search_cites_every_encoding() {
+    use corpus_tools::test_support::{binary_files, write_encoding_corpus};
+    let corpus = tempfile::tempdir().unwrap();
+    let d = corpus.path();
+    let files = write_encoding_corpus(d).unwrap();
+    for (name, bytes, _) in binary_files() {
+        std::fs::write(d.join(name), bytes).unwrap();
+    }
+    for i in 0..10 {
+        std::fs::write(d.join(format!("blob{i:02}")), [1u8, 0, 2, 0]).unwrap();
+    }
+    std::fs::write(d.join("huge.log"), "log line\n".repeat(200_000)).unwrap();
+    let idx = tempfile::tempdir().unwrap();
+    let index = |extra: &[&str]| {
+        let mut c = rag(&[
+            "index",
+            "--no-dense",
+            "--chunk-tokens",
+            "24",
+            "--overlap",
+            "0",
+        ]);
+        c.args(["--max-file-mb", "1"]).args(extra);
+        run_ok(c.arg("--index-dir").arg(idx.path()).arg(d))
+    };
+    let s: Value = serde_json::from_slice(&index(&["--json"]).stdout).unwrap();
+    assert_eq!(s["files_indexed"], files.len(), "{s}");
+    let skipped = s["skipped_files"].as_array().unwrap();
+    assert_eq!(skipped.len(), 15, "{s}");
+    let entry = |name: &str| {
+        skipped
+            .iter()
+            .find(|f| f["path"].as_str().unwrap().ends_with(&format!("/{name}")))
+            .unwrap_or_else(|| panic!("{name} not in {s}"))
+    };
+    assert_eq!(entry("picture")["reason"], "binary");
+    assert_eq!(entry("picture")["detail"], "PNG image");
+    assert_eq!(entry("blob03")["detail"], "NUL bytes");
+    assert_eq!(entry("huge.log")["reason"], "too-large");
+    let detail = entry("huge.log")["detail"].as_str().unwrap();
+    assert!(detail.contains("--max-file-mb"), "{detail}");
+
+    // The unchanged re-run on a terminal-less stderr: summary line, then the table.
+    let err = String::from_utf8(index(&[]).stderr).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines[0].contains("15 skipped (binary 14, too-large 1)"),
+        "{err}"
+    );
+    assert_eq!(lines[1], "skipped files (15):", "{err}");
+    // The limit a flag moves comes first; ten rows, then a pointer to the rest.
+    assert!(lines[2].trim_start().starts_with("too-large"), "{err}");
+    assert_eq!(lines.len(), 2 + 10 + 1, "{err}");
+    assert!(
+        lines[12].contains("5 more") && lines[12].contains("--verbose"),
+        "{err}"
+    );
+    let err = String::from_utf8(index(&["--verbose"]).stderr).unwrap();
+    assert_eq!(err.lines().count(), 2 + 15, "{err}");
+    assert!(err.contains("ELF executable"), "{err}");
+
+    for f in files.iter().filter(|f| f.line.is_some()) {
+        let out = run_ok(
+            rag(&["search", "--no-dense", "--json", "-k", "1", "--index-dir"])
+                .arg(idx.path())
+                .arg(f.word),
+        );
+        let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let h = &hits[0];
+        let path = h["path"].as_str().unwrap_or_default();
+        assert!(path.ends_with(&format!("/{}", f.name)), "{f:?}: {hits}");
+        let n = f.line.unwrap() as u64;
+        let (a, b) = (
+            h["lines"][0].as_u64().unwrap(),
+            h["lines"][1].as_u64().unwrap(),
+        );
+        assert!(a <= n && n <= b, "{f:?}: {hits}");
     }
 }
 

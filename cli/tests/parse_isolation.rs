@@ -94,6 +94,39 @@ fn looping_panicking_and_aborting_parsers_are_skipped_and_killed() {
     assert_eq!(plain["files_indexed"], 8, "{plain}");
 }
 
+/// A timeout names its flag, and raising the flag retries the file (an unchanged file
+/// skipped under the same limit is not parsed again).
+#[test]
+fn a_timed_out_file_names_its_flag_and_is_retried_when_the_flag_grows() {
+    let corpus = tempfile::tempdir().unwrap();
+    std::fs::write(corpus.path().join("loop.txt"), "RAG-TEST-FAULT:loop\n").unwrap();
+    let idx = tempfile::tempdir().unwrap();
+    let detail = |timeout: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rag"))
+            .args(["index", "--no-dense", "--json", "--parse-timeout", timeout])
+            .arg("--index-dir")
+            .arg(idx.path())
+            .arg(corpus.path())
+            .env("RAG_PARSE_TEST_FAULTS", "1")
+            .env_remove("RAG_PARSE_ISOLATION")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(s["skipped_files"][0]["reason"], "timeout", "{s}");
+        s["skipped_files"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(detail("2"), "parsing took over 2 s (--parse-timeout)");
+    let t = Instant::now();
+    assert_eq!(detail("2"), "parsing took over 2 s (--parse-timeout)");
+    assert!(t.elapsed() < Duration::from_millis(1900), "parsed again");
+    assert_eq!(detail("1"), "parsing took over 2 s (--parse-timeout)");
+    assert_eq!(detail("3"), "parsing took over 3 s (--parse-timeout)");
+}
+
 fn cmdline(pid: &str) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))

@@ -2,7 +2,7 @@
 //! under a size cap, then classified by the name without `.gz`. Archives (`.tar.gz`, `.tgz`)
 //! stay unsupported: their inner name ends in `.tar`.
 
-use crate::detect::SkipReason;
+use crate::detect::{Skip, SkipReason};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -23,14 +23,17 @@ pub fn inner_name(path: &Path) -> PathBuf {
 /// Decompress every gzip member of `bytes` into at most `max_bytes` bytes; more is
 /// [`SkipReason::TooLarge`] (a small bomb cannot expand without bound), a corrupt stream is
 /// [`SkipReason::ParseError`].
-pub fn gunzip_capped(bytes: &[u8], max_bytes: usize) -> Result<Vec<u8>, SkipReason> {
+pub fn gunzip_capped(bytes: &[u8], max_bytes: usize) -> Result<Vec<u8>, Skip> {
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(bytes)
         .take(max_bytes as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|_| SkipReason::ParseError)?;
+        .map_err(|e| Skip::new(SkipReason::ParseError, format!("gzip: {e}")))?;
     if out.len() > max_bytes {
-        return Err(SkipReason::TooLarge);
+        return Err(Skip::new(
+            SkipReason::TooLarge,
+            format!("decompresses to over {} MiB", max_bytes >> 20),
+        ));
     }
     Ok(out)
 }
@@ -58,15 +61,21 @@ mod tests {
     fn bombs_and_corruption_are_skips() {
         let bomb = gzip(&vec![0u8; 4 << 20]);
         assert!(bomb.len() < 64 << 10);
-        assert_eq!(gunzip_capped(&bomb, 1 << 20), Err(SkipReason::TooLarge));
+        assert_eq!(
+            gunzip_capped(&bomb, 1 << 20).unwrap_err().reason,
+            SkipReason::TooLarge
+        );
         let mut bad = gzip(b"some text that is long enough to be compressed");
         let n = bad.len();
         bad[12..n - 8].iter_mut().for_each(|b| *b ^= 0x5a);
-        assert_eq!(gunzip_capped(&bad, 1 << 20), Err(SkipReason::ParseError));
+        assert_eq!(
+            gunzip_capped(&bad, 1 << 20).unwrap_err().reason,
+            SkipReason::ParseError
+        );
         let truncated = &gzip(b"hello world hello world")[..15];
         assert_eq!(
-            gunzip_capped(truncated, 1 << 20),
-            Err(SkipReason::ParseError)
+            gunzip_capped(truncated, 1 << 20).unwrap_err().reason,
+            SkipReason::ParseError
         );
     }
 

@@ -3,7 +3,7 @@
 //! and a cap on the extracted text either way. A panicking, looping or exploding parser
 //! costs one skipped file, never the indexing run.
 
-use crate::detect::{classify, DocKind, SkipReason};
+use crate::detect::{detect, DocKind, Skip, SkipReason};
 use crate::parse::{parse_bytes, ParsedDoc};
 use std::path::Path;
 use std::sync::mpsc;
@@ -30,14 +30,23 @@ impl Default for ParseLimits {
     }
 }
 
-/// Detect the format of `bytes` (named `path`) and parse it in isolation: in a worker
-/// process when the binary registered one ([`crate::worker::init_or_serve`]), which is
-/// killed on timeout; otherwise on its own thread, which is abandoned on timeout.
+/// Detect the format of `bytes` (named `path`), decode and parse it in isolation: in a
+/// worker process when the binary registered one ([`crate::worker::init_or_serve`]), which
+/// is killed on timeout; otherwise on its own thread, which is abandoned on timeout.
 pub fn parse_isolated(
     path: &Path,
     bytes: Vec<u8>,
     limits: &ParseLimits,
 ) -> Result<ParsedDoc, SkipReason> {
+    parse_isolated_detailed(path, bytes, limits).map_err(|s| s.reason)
+}
+
+/// [`parse_isolated`], with what exactly made a skipped file a skip.
+pub fn parse_isolated_detailed(
+    path: &Path,
+    bytes: Vec<u8>,
+    limits: &ParseLimits,
+) -> Result<ParsedDoc, Skip> {
     if let Some(program) = crate::worker::program() {
         if let Some(r) = crate::worker::parse_in_worker(program, path, &bytes, limits) {
             return r;
@@ -50,31 +59,31 @@ pub fn parse_isolated(
     })
 }
 
-/// Detection, gzip, parsing and the output checks, in the calling thread (the isolation
-/// around it is the caller's). Decompression is capped at the smaller of the file and text
-/// limits.
+/// Detection, gzip, decoding, parsing and the output checks, in the calling thread (the
+/// isolation around it is the caller's). Decompression is capped at the smaller of the
+/// file and text limits.
 pub(crate) fn parse_direct(
     path: &Path,
     bytes: Vec<u8>,
     limits: &ParseLimits,
     parse: fn(DocKind, &[u8]) -> Result<ParsedDoc, String>,
-) -> Result<ParsedDoc, SkipReason> {
+) -> Result<ParsedDoc, Skip> {
     let (kind, bytes) = if crate::gz::is_gzip_doc(path, &bytes) {
         let cap = limits.max_text_bytes.min(limits.max_file_bytes as usize);
         let plain = crate::gz::gunzip_capped(&bytes, cap)?;
-        (classify(&crate::gz::inner_name(path), &plain)?, plain)
+        detect(&crate::gz::inner_name(path), plain)?
     } else {
-        (classify(path, &bytes)?, bytes)
+        detect(path, bytes)?
     };
-    let doc = parse(kind, &bytes).map_err(|_| SkipReason::ParseError)?;
+    let doc = parse(kind, &bytes).map_err(|e| Skip::new(SkipReason::ParseError, e))?;
     check_output(doc, limits)
 }
 
 /// Runs `work` on its own thread under `catch_unwind` and a time limit.
 fn isolated<T: Send + 'static>(
     timeout: Duration,
-    work: impl FnOnce() -> Result<T, SkipReason> + Send + 'static,
-) -> Result<T, SkipReason> {
+    work: impl FnOnce() -> Result<T, Skip> + Send + 'static,
+) -> Result<T, Skip> {
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("corpus-parse".into())
@@ -85,13 +94,16 @@ fn isolated<T: Send + 'static>(
             let _ = tx.send(r);
         });
     if spawned.is_err() {
-        return Err(SkipReason::ParseError);
+        return Err(Skip::new(
+            SkipReason::ParseError,
+            "could not start a parser thread",
+        ));
     }
     match rx.recv_timeout(timeout) {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err(SkipReason::Panic),
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(SkipReason::Timeout),
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(SkipReason::Panic),
+        Ok(Err(_)) => Err(SkipReason::Panic.into()),
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(SkipReason::Timeout.into()),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(SkipReason::Panic.into()),
     }
 }
 
@@ -104,13 +116,14 @@ pub fn run_isolated(
     parse: fn(DocKind, &[u8]) -> Result<ParsedDoc, String>,
 ) -> Result<ParsedDoc, SkipReason> {
     let doc = isolated(limits.timeout, move || {
-        parse(kind, &bytes).map_err(|_| SkipReason::ParseError)
-    })?;
-    check_output(doc, limits)
+        parse(kind, &bytes).map_err(|e| Skip::new(SkipReason::ParseError, e))
+    })
+    .map_err(|s| s.reason)?;
+    check_output(doc, limits).map_err(|s| s.reason)
 }
 
 /// Extracted text over the cap, or none at all, is a skip.
-fn check_output(doc: ParsedDoc, limits: &ParseLimits) -> Result<ParsedDoc, SkipReason> {
+fn check_output(doc: ParsedDoc, limits: &ParseLimits) -> Result<ParsedDoc, Skip> {
     let text_bytes: usize = doc
         .sections
         .iter()
@@ -118,10 +131,13 @@ fn check_output(doc: ParsedDoc, limits: &ParseLimits) -> Result<ParsedDoc, SkipR
         .map(|l| l.text.len() + 1)
         .sum();
     if text_bytes > limits.max_text_bytes {
-        return Err(SkipReason::TooLarge);
+        return Err(Skip::new(
+            SkipReason::TooLarge,
+            format!("extracted text over {} MiB", limits.max_text_bytes >> 20),
+        ));
     }
     if doc.is_empty() {
-        return Err(SkipReason::Empty);
+        return Err(SkipReason::Empty.into());
     }
     Ok(doc)
 }

@@ -3,12 +3,13 @@
 //!
 //! Flow: [`walk::walk`] lists files (respecting `.gitignore` and hidden files) ->
 //! [`load::read_file`] reads one under a size cap -> [`isolate::parse_isolated`] detects the
-//! kind and parses it in a killable worker process ([`worker`], when the binary opts in)
+//! kind, decodes the text ([`decode`]) and parses it in a killable worker process ([`worker`], when the binary opts in)
 //! or on its own thread (panic- and time-limited) into [`ParsedDoc`]
 //! sections -> [`chunk::chunk_doc`] cuts token-bounded, overlapping chunks that keep their
 //! line range or page and heading path.
 
 pub mod chunk;
+pub mod decode;
 pub mod detect;
 pub mod gz;
 pub mod isolate;
@@ -21,6 +22,6 @@ pub mod walk;
 pub mod worker;
 
 pub use chunk::{chunk_doc, ChunkOptions, ChunkSpec};
-pub use detect::{DocKind, SkipReason};
-pub use isolate::{parse_isolated, ParseLimits};
+pub use detect::{DocKind, Skip, SkipReason};
+pub use isolate::{parse_isolated, parse_isolated_detailed, ParseLimits};
 pub use parse::{Line, ParsedDoc, Section};

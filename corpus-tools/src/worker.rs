@@ -16,9 +16,9 @@
 //! started the child exits, not the process.
 //!
 //! Frames on both pipes: u32 length (LE) + payload. Request: path, limits, bytes. Response:
-//! 0 + encoded [`ParsedDoc`], or 1 + skip reason.
+//! 0 + encoded [`ParsedDoc`], or 1 + skip reason + its detail.
 
-use crate::detect::{DocKind, SkipReason};
+use crate::detect::{DocKind, Skip, SkipReason};
 use crate::isolate::{parse_direct, ParseLimits};
 use crate::parse::{parse_bytes, Line, ParsedDoc, Section};
 use std::io::{Read, Write};
@@ -69,7 +69,7 @@ pub fn parse_in_worker(
     path: &Path,
     bytes: &[u8],
     limits: &ParseLimits,
-) -> Option<Result<ParsedDoc, SkipReason>> {
+) -> Option<Result<ParsedDoc, Skip>> {
     let request = encode_request(path, bytes, limits);
     // An idle worker may have died since its last file (e.g. OOM-killed): one retry with a
     // fresh one, so an old death is never blamed on this file.
@@ -83,7 +83,7 @@ pub fn parse_in_worker(
         if worker.send(&request).is_err() {
             worker.kill();
             if fresh || attempt == 1 {
-                return Some(Err(SkipReason::Crashed));
+                return Some(Err(SkipReason::Crashed.into()));
             }
             continue;
         }
@@ -97,11 +97,11 @@ pub fn parse_in_worker(
             }
             Err(RecvTimeoutError::Timeout) => {
                 worker.kill();
-                Err(SkipReason::Timeout)
+                Err(SkipReason::Timeout.into())
             }
             Err(RecvTimeoutError::Disconnected) => {
                 worker.kill();
-                Err(SkipReason::Crashed)
+                Err(SkipReason::Crashed.into())
             }
         });
     }
@@ -233,9 +233,9 @@ fn serve() {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     parse_direct(&path, bytes, &limits, parse)
                 }))
-                .unwrap_or(Err(SkipReason::Panic))
+                .unwrap_or(Err(SkipReason::Panic.into()))
             }
-            None => Err(SkipReason::ParseError),
+            None => Err(Skip::new(SkipReason::ParseError, "malformed request")),
         };
         let out = encode_response(&result);
         if write_frame(&mut stdout, &out).is_err() || stdout.flush().is_err() {
@@ -349,12 +349,13 @@ const REASONS: [SkipReason; 9] = [
     SkipReason::Crashed,
 ];
 
-fn encode_response(r: &Result<ParsedDoc, SkipReason>) -> Vec<u8> {
+fn encode_response(r: &Result<ParsedDoc, Skip>) -> Vec<u8> {
     let mut out = Vec::new();
     match r {
-        Err(reason) => {
+        Err(skip) => {
             out.push(1);
-            out.push(REASONS.iter().position(|x| x == reason).unwrap_or(4) as u8);
+            out.push(REASONS.iter().position(|x| *x == skip.reason).unwrap_or(4) as u8);
+            put_bytes(&mut out, skip.detail.as_bytes());
         }
         Ok(doc) => {
             out.push(0);
@@ -379,14 +380,18 @@ fn encode_response(r: &Result<ParsedDoc, SkipReason>) -> Vec<u8> {
 }
 
 /// A malformed response (a worker that died mid-write) reads as a crash.
-fn decode_response(frame: &[u8]) -> Result<ParsedDoc, SkipReason> {
-    decode_response_inner(frame).unwrap_or(Err(SkipReason::Crashed))
+fn decode_response(frame: &[u8]) -> Result<ParsedDoc, Skip> {
+    decode_response_inner(frame).unwrap_or(Err(Skip::new(
+        SkipReason::Crashed,
+        "malformed worker response",
+    )))
 }
 
-fn decode_response_inner(frame: &[u8]) -> Option<Result<ParsedDoc, SkipReason>> {
+fn decode_response_inner(frame: &[u8]) -> Option<Result<ParsedDoc, Skip>> {
     let mut c = Cursor(frame);
     if c.u8()? == 1 {
-        return Some(Err(REASONS.get(c.u8()? as usize)?.clone()));
+        let reason = REASONS.get(c.u8()? as usize)?.clone();
+        return Some(Err(Skip::new(reason, c.string()?)));
     }
     let kind = *KINDS.get(c.u8()? as usize)?;
     let has_line_numbers = c.u8()? != 0;
@@ -456,7 +461,11 @@ mod tests {
         };
         assert_eq!(decode_response(&encode_response(&Ok(doc.clone()))), Ok(doc));
         for r in REASONS {
-            assert_eq!(decode_response(&encode_response(&Err(r.clone()))), Err(r));
+            let skip = Skip::new(r, "détail");
+            assert_eq!(
+                decode_response(&encode_response(&Err(skip.clone()))),
+                Err(skip)
+            );
         }
         for k in KINDS {
             assert_eq!(KINDS.iter().filter(|x| **x == k).count(), 1);
@@ -478,13 +487,22 @@ mod tests {
             }],
         }));
         for n in 0..full.len() {
-            assert_eq!(decode_response(&full[..n]), Err(SkipReason::Crashed));
+            assert_eq!(
+                decode_response(&full[..n]).unwrap_err().reason,
+                SkipReason::Crashed
+            );
         }
         // A huge declared count with no data behind it stops at the first missing field.
         let mut bogus = vec![0u8, 0, 1];
         bogus.extend_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(decode_response(&bogus), Err(SkipReason::Crashed));
-        assert_eq!(decode_response(&[1, 200]), Err(SkipReason::Crashed));
+        assert_eq!(
+            decode_response(&bogus).unwrap_err().reason,
+            SkipReason::Crashed
+        );
+        assert_eq!(
+            decode_response(&[1, 200]).unwrap_err().reason,
+            SkipReason::Crashed
+        );
         assert!(decode_request(&[1, 2, 3]).is_none());
     }
 }

@@ -83,15 +83,17 @@ fn oversized_file_is_skipped_unread() {
     let p = dir.path().join("big.txt");
     fs::write(&p, "x".repeat(5000)).unwrap();
     assert_eq!(
-        corpus_tools::load::read_file(&p, 1000),
-        Err(SkipReason::TooLarge)
+        corpus_tools::load::read_file(&p, 1000).unwrap_err(),
+        corpus_tools::Skip::new(SkipReason::TooLarge, "5000 bytes, over the 1000 byte limit")
     );
     assert_eq!(
         corpus_tools::load::read_file(&p, 10_000).unwrap().len(),
         5000
     );
     assert_eq!(
-        corpus_tools::load::read_file(&dir.path().join("missing"), 10),
-        Err(SkipReason::Unreadable)
+        corpus_tools::load::read_file(&dir.path().join("missing"), 10)
+            .unwrap_err()
+            .reason,
+        SkipReason::Unreadable
     );
 }

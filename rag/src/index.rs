@@ -20,7 +20,9 @@ use crate::hybrid::{fuse, Fused, Fusion};
 use crate::store::{self, ChunkRow, NewChunk, NewDoc};
 use anyhow::{bail, Context, Result};
 use corpus_tools::walk::{walk, WalkOptions};
-use corpus_tools::{chunk_doc, parse_isolated, ChunkOptions, ParseLimits};
+use corpus_tools::{
+    chunk_doc, parse_isolated_detailed, ChunkOptions, ParseLimits, Skip, SkipReason,
+};
 use rusqlite::Connection;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -33,8 +35,9 @@ pub type Ranked = Vec<(i64, f32)>;
 pub type TokenCounter = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
 /// Bump when parsing/chunking changes output for the same bytes: forces re-chunking.
-/// 2: words over the chunk size are cut (session 5).
-const PIPELINE_VERSION: u32 = 2;
+/// 2: words over the chunk size are cut. 3: text encodings are decoded (BOMs, UTF-16,
+/// legacy encodings), UTF-8 with a few bad bytes is text.
+const PIPELINE_VERSION: u32 = 3;
 
 #[derive(Clone)]
 pub struct IndexOptions {
@@ -89,6 +92,9 @@ pub struct IndexSummary {
     /// ...): skipped this run, or skipped by an earlier run and unchanged since (they are
     /// not re-read, and not counted in `files_unchanged`).
     pub skipped: BTreeMap<String, u64>,
+    /// Every file counted in `skipped`, with its reason and what exactly (`detail`; for a
+    /// limit a flag of `rag index` changes, the flag), in walk order.
+    pub skipped_files: Vec<SkippedFile>,
     pub walk_errors: u64,
     pub chunks_added: u64,
     pub chunks_removed: u64,
@@ -98,12 +104,82 @@ pub struct IndexSummary {
     pub elapsed: Duration,
 }
 
+/// A file that produced no chunks.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedFile {
+    pub path: String,
+    /// `unsupported`, `binary`, `too-large`, `timeout`... (see [`SkipReason::as_str`]).
+    pub reason: String,
+    /// What exactly, e.g. `PNG image`, `NUL bytes`, `25165824 bytes, over 20 MiB
+    /// (--max-file-mb)`; may be empty.
+    pub detail: String,
+}
+
+/// The stored status of a skipped file: `skipped:<reason>:<detail>`.
+fn skipped_status(skip: &Skip) -> String {
+    format!("skipped:{}:{}", skip.reason.as_str(), skip.detail)
+}
+
+/// Record a skip of this run or, for an unchanged file, of an earlier one.
+fn count_skip(summary: &mut IndexSummary, path: &str, reason: &str, detail: &str) {
+    *summary.skipped.entry(reason.to_string()).or_default() += 1;
+    summary.skipped_files.push(SkippedFile {
+        path: path.to_string(),
+        reason: reason.to_string(),
+        detail: detail.to_string(),
+    });
+}
+
 /// An unchanged file counts as unchanged, or under its skip reason if it was skipped.
-fn count_unchanged(summary: &mut IndexSummary, status: &str) {
+fn count_unchanged(summary: &mut IndexSummary, path: &str, status: &str) {
     match status.strip_prefix("skipped:") {
-        Some(reason) => *summary.skipped.entry(reason.to_string()).or_default() += 1,
+        Some(rest) => {
+            let (reason, detail) = rest.split_once(':').unwrap_or((rest, ""));
+            count_skip(summary, path, reason, detail);
+        }
         None => summary.files_unchanged += 1,
     }
+}
+
+/// Whether a stored document was processed under the current configuration. A file that
+/// timed out carries its time limit (`/timeout-ms=N`) and is tried again when the limit
+/// has grown since.
+fn same_config(stored: &str, config: &str, timeout: Duration) -> bool {
+    stored == config
+        || stored
+            .strip_prefix(config)
+            .and_then(|r| r.strip_prefix(TIMEOUT_TAG))
+            .and_then(|ms| ms.parse::<u128>().ok())
+            .is_some_and(|ms| timeout.as_millis() <= ms)
+}
+
+const TIMEOUT_TAG: &str = "/timeout-ms=";
+
+/// The flag of `rag index` that moves a limit, named in the skip detail where one applies.
+/// `read_size`: the file's size, when the skip happened while reading it.
+fn with_flag_hint(mut skip: Skip, limits: &ParseLimits, read_size: Option<u64>) -> Skip {
+    let mib = |n: u64| n as f64 / (1u64 << 20) as f64;
+    let hint = match (&skip.reason, read_size) {
+        (SkipReason::Timeout, _) => format!(
+            "parsing took over {} s (--parse-timeout)",
+            limits.timeout.as_secs_f64()
+        ),
+        (SkipReason::TooLarge, Some(size)) => format!(
+            "{:.1} MiB, over the {:.0} MiB limit (--max-file-mb)",
+            mib(size),
+            mib(limits.max_file_bytes)
+        ),
+        // A compressed file expanding past the file cap (when it is the smaller cap).
+        (SkipReason::TooLarge, None)
+            if skip.detail.starts_with("decompresses")
+                && limits.max_file_bytes as usize <= limits.max_text_bytes =>
+        {
+            format!("{} (--max-file-mb)", skip.detail)
+        }
+        _ => return skip,
+    };
+    skip.detail = hint;
+    skip
 }
 
 impl IndexSummary {
@@ -404,8 +480,11 @@ impl Index {
             };
             let old = store::doc_state(&self.db(), &path)?;
             if let Some(o) = &old {
-                if o.size == size && o.mtime_ns == mtime_ns && o.config == config {
-                    count_unchanged(&mut summary, &o.status);
+                if o.size == size
+                    && o.mtime_ns == mtime_ns
+                    && same_config(&o.config, &config, opts.limits.timeout)
+                {
+                    count_unchanged(&mut summary, &path, &o.status);
                     continue;
                 }
             }
@@ -420,23 +499,23 @@ impl Index {
                 chunks: Vec::new(),
             };
             match corpus_tools::load::read_file(file, opts.limits.max_file_bytes) {
-                Err(reason) => {
-                    *summary
-                        .skipped
-                        .entry(reason.as_str().to_string())
-                        .or_default() += 1;
-                    doc.status = format!("skipped:{}", reason.as_str());
+                Err(skip) => {
+                    let skip = with_flag_hint(skip, &opts.limits, Some(size));
+                    count_skip(&mut summary, &doc.path, skip.reason.as_str(), &skip.detail);
+                    doc.status = skipped_status(&skip);
                 }
                 Ok(bytes) => {
                     doc.content_hash = store::hex_sha256(&bytes);
                     if let Some(o) = &old {
-                        if o.content_hash == doc.content_hash && o.config == config {
+                        if o.content_hash == doc.content_hash
+                            && same_config(&o.config, &config, opts.limits.timeout)
+                        {
                             touches.push((o.id, size, mtime_ns));
-                            count_unchanged(&mut summary, &o.status);
+                            count_unchanged(&mut summary, &doc.path, &o.status);
                             continue;
                         }
                     }
-                    match parse_isolated(file, bytes, &opts.limits) {
+                    match parse_isolated_detailed(file, bytes, &opts.limits) {
                         Ok(parsed) => {
                             doc.kind = parsed.kind.as_str().to_string();
                             doc.chunks = chunk_doc(&parsed, &chunk_opts, &*counter)
@@ -450,12 +529,16 @@ impl Index {
                                 .collect();
                             summary.files_indexed += 1;
                         }
-                        Err(reason) => {
-                            *summary
-                                .skipped
-                                .entry(reason.as_str().to_string())
-                                .or_default() += 1;
-                            doc.status = format!("skipped:{}", reason.as_str());
+                        Err(skip) => {
+                            if skip.reason == SkipReason::Timeout {
+                                doc.config = format!(
+                                    "{config}{TIMEOUT_TAG}{}",
+                                    opts.limits.timeout.as_millis()
+                                );
+                            }
+                            let skip = with_flag_hint(skip, &opts.limits, None);
+                            count_skip(&mut summary, &doc.path, skip.reason.as_str(), &skip.detail);
+                            doc.status = skipped_status(&skip);
                         }
                     }
                 }

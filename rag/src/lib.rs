@@ -25,4 +25,5 @@ pub mod store;
 pub use embed_api::Embedder;
 pub use index::{
     Chunk, Hit, Index, IndexOptions, IndexProgress, IndexStats, IndexSummary, Phase, SearchMode,
+    SkippedFile,
 };

@@ -369,6 +369,23 @@ fn every_format_and_every_skip_through_the_indexer() {
     assert_eq!(s.skipped.get("unsupported"), Some(&1), "{s:?}");
     assert_eq!(s.skipped.get("binary"), Some(&1), "{s:?}");
     assert_eq!(s.skipped.get("too-large"), Some(&1), "{s:?}");
+    // Each skipped file by path, with what exactly and, for a limit, the flag that moves it.
+    let skipped: Vec<(String, &str, &str)> = s
+        .skipped_files
+        .iter()
+        .map(|f| {
+            let name = f.path.rsplit('/').next().unwrap().to_string();
+            (name, f.reason.as_str(), f.detail.as_str())
+        })
+        .collect();
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    assert!(skipped.contains(&("photo.png".into(), "unsupported", ".png file")));
+    assert!(skipped.contains(&("data.unknownext".into(), "binary", "NUL bytes")));
+    assert!(skipped.contains(&(
+        "huge.log".into(),
+        "too-large",
+        "2048.0 MiB, over the 20 MiB limit (--max-file-mb)"
+    )));
     assert!(idx
         .search("zanzibar", 10, SearchMode::Bm25)
         .unwrap()
@@ -410,4 +427,60 @@ fn every_format_and_every_skip_through_the_indexer() {
     assert_eq!(again.files_indexed, 0);
     assert_eq!(again.files_unchanged, 6);
     assert_eq!(again.skipped, s.skipped);
+    assert_eq!(again.skipped_files, s.skipped_files);
+}
+
+/// Files as users have them: every encoding of corpus-tools' corpus (BOMs, UTF-16, legacy
+/// 8-bit and East Asian encodings, declared charsets, mixed line endings, a few corrupt
+/// bytes) is indexed, found by its accented, Cyrillic, Greek or CJK word and cited at the
+/// word's line; real binaries are skipped as binary, by path, with what gave them away.
+#[test]
+fn every_encoding_is_searchable_and_cited_at_its_line() {
+    use corpus_tools::test_support::{binary_files, write_encoding_corpus};
+    let corpus = tempfile::tempdir().unwrap();
+    let d = corpus.path();
+    let files = write_encoding_corpus(d).unwrap();
+    let binaries = binary_files();
+    for (name, bytes, _) in &binaries {
+        std::fs::write(d.join(name), bytes).unwrap();
+    }
+    let idx_dir = tempfile::tempdir().unwrap();
+    let idx = Index::open(idx_dir.path(), None).unwrap();
+    let mut opts = IndexOptions::default();
+    // Small chunks: a citation must pin the word's line, not the whole file.
+    opts.chunk.chunk_tokens = 24;
+    opts.chunk.overlap_tokens = 0;
+    let s = idx
+        .add_paths(&[d.to_path_buf()], &opts, &no_progress)
+        .unwrap();
+    assert_eq!(s.files_indexed as usize, files.len(), "{s:?}");
+    assert_eq!(
+        s.skipped.get("binary"),
+        Some(&(binaries.len() as u64)),
+        "{s:?}"
+    );
+    for (name, _, detail) in &binaries {
+        let f = s
+            .skipped_files
+            .iter()
+            .find(|f| f.path.ends_with(&format!("/{name}")))
+            .unwrap_or_else(|| panic!("{name} not listed: {:?}", s.skipped_files));
+        assert_eq!(f.reason, "binary");
+        assert!(f.detail.contains(detail), "{f:?}");
+    }
+    for f in &files {
+        let hits = idx.search(f.word, 1, SearchMode::Bm25).unwrap();
+        let h = hits
+            .first()
+            .unwrap_or_else(|| panic!("{} ({}): no hit for {}", f.name, f.encoding, f.word));
+        assert!(h.path.ends_with(&format!("/{}", f.name)), "{f:?}: {h:?}");
+        assert!(h.text.contains(f.word), "{f:?}: {h:?}");
+        match f.line {
+            Some(n) => {
+                let (a, b) = h.lines.unwrap_or_else(|| panic!("{f:?}: {h:?}"));
+                assert!(a <= n && n <= b && b - a <= 3, "{f:?}: lines {a}-{b}");
+            }
+            None => assert_eq!(h.lines, None, "{f:?}"),
+        }
+    }
 }

@@ -1,5 +1,8 @@
 //! Fixtures shared by the tests of corpus-tools and of the crates above it (not API).
 
+mod encodings;
+
+pub use encodings::{binary_files, encoding_corpus, write_encoding_corpus, EncodedFile};
 use std::path::Path;
 
 /// Writes a PDF with one line of text per page (Courier), for page-citation tests.
