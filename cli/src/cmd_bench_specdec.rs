@@ -716,7 +716,11 @@ pub fn run(args: Args) -> Result<()> {
         let title = format!(
             "Speculative decoding: {}{} on {}{}{}",
             model_name,
-            if backend_tag == "cpu" { "" } else { " (QNN HTP emulator)" },
+            if backend_tag == "cpu" {
+                ""
+            } else {
+                " (QNN HTP emulator)"
+            },
             args.category,
             if args.ablation { " (ablation)" } else { "" },
             kv.1

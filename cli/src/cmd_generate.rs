@@ -105,7 +105,9 @@ fn decode<B: Backend>(
     }
     let cfg = GenConfig {
         cost_curve: Some(curve),
-        max_budget: GenConfig::default().max_budget.min(session.options().max_verify),
+        max_budget: GenConfig::default()
+            .max_budget
+            .min(session.options().max_verify),
         ..GenConfig::default()
     };
     let mut generator = Generator::new(mode, None, cfg);
@@ -116,7 +118,9 @@ fn decode<B: Backend>(
         }
     };
     let (tokens, m) =
-        generator.generate_until(session, prompt, args.max_tokens, &mut emit, &|| stopped.get())?;
+        generator.generate_until(session, prompt, args.max_tokens, &mut emit, &|| {
+            stopped.get()
+        })?;
     Ok(Stats {
         prompt_tokens: prompt.len(),
         generated: tokens.len(),

@@ -270,7 +270,12 @@ impl Backend for CpuBackend {
         self.execute_with_head(g, io, None)
     }
 
-    fn execute_argmax(&self, g: &mut CpuGraph, io: BlockIo<'_>, argmax: &mut [u32]) -> Result<bool> {
+    fn execute_argmax(
+        &self,
+        g: &mut CpuGraph,
+        io: BlockIo<'_>,
+        argmax: &mut [u32],
+    ) -> Result<bool> {
         let last = g.block.last;
         self.execute_with_head(g, io, Some(argmax)).map(|_| last)
     }

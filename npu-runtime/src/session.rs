@@ -263,6 +263,9 @@ pub struct PrefillOutput<'a> {
     pub topk: &'a [Vec<(u32, f32)>],
 }
 
+/// The graphs of one shape, block order, with the shape's token count.
+pub type GraphSet<'a, B> = (usize, &'a mut [<B as Backend>::Graph]);
+
 /// One graph per block for one shape.
 struct ShapeGraphs<G> {
     tokens: usize,
@@ -376,7 +379,7 @@ impl<B: Backend> Session<B> {
 
     /// The backend and the graphs of each shape (`(tokens, graphs)`), for profilers that
     /// load and unload forms themselves.
-    pub fn graphs_mut(&mut self) -> (&B, Vec<(usize, &mut [B::Graph])>) {
+    pub fn graphs_mut(&mut self) -> (&B, Vec<GraphSet<'_, B>>) {
         let sets = self
             .shapes
             .iter_mut()
@@ -620,15 +623,12 @@ impl<B: Backend> Session<B> {
                 parents.len()
             )));
         }
-        let shape = self
-            .verify_shape_for(n)
-            .filter(|_| n > 0)
-            .ok_or_else(|| {
-                RuntimeError::InvalidInput(format!(
-                    "tree batch of {n} tokens: must be 1..={}",
-                    self.opts.max_verify
-                ))
-            })?;
+        let shape = self.verify_shape_for(n).filter(|_| n > 0).ok_or_else(|| {
+            RuntimeError::InvalidInput(format!(
+                "tree batch of {n} tokens: must be 1..={}",
+                self.opts.max_verify
+            ))
+        })?;
         self.check_tokens(tokens)?;
         self.check_room(n)?;
         self.last_batch = 0;

@@ -14,8 +14,8 @@ mod common;
 use common::qnn_available;
 use graphs::gguf::{GgufWriter, MetaValue};
 use graphs::quant::GgmlType;
-use npu_runtime::backend::CpuBackend;
 use npu_runtime::backend::Backend;
+use npu_runtime::backend::CpuBackend;
 use npu_runtime::qnn::{BinaryCache, GraphOptions, QnnBackend, WeightFormat};
 use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
 use std::path::Path;
@@ -204,7 +204,13 @@ fn compare_arch(arch: &str, seed: u64) {
     assert!(q2.graphs().all(|g| g.times().cache_hit));
     let l2 = q2.prefill(&prompt, 0).unwrap().logits.to_vec();
     let lq = {
-        let mut q3 = session(QnnBackend::new(model.clone(), cap, None).unwrap(), &model, 2, chunk, cap)
+        let mut q3 = session(
+            QnnBackend::new(model.clone(), cap, None).unwrap(),
+            &model,
+            2,
+            chunk,
+            cap,
+        )
         .unwrap();
         q3.prefill(&prompt, 0).unwrap().logits.to_vec()
     };
@@ -244,7 +250,13 @@ fn tiny_qwen2_s8_weights_have_their_own_cache_entries_and_stay_close() {
     let model = Model::load(&path, &LoadOptions::with_threads(1)).unwrap();
     let (chunk, cap) = (4, 16);
     let cache = BinaryCache::new(dir.path().join("ctx"));
-    let f16 = session(QnnBackend::new(model.clone(), cap, Some(cache.clone())).unwrap(), &model, 2, chunk, cap)
+    let f16 = session(
+        QnnBackend::new(model.clone(), cap, Some(cache.clone())).unwrap(),
+        &model,
+        2,
+        chunk,
+        cap,
+    )
     .unwrap();
     let s8_backend = QnnBackend::new(model.clone(), cap, Some(cache))
         .unwrap()

@@ -144,9 +144,13 @@ fn tree_rows_equal_the_same_chain_fed_token_by_token() {
     let c = model.config().clone();
     let e = c.n_embd;
     let mut g = graph(&be, &spec, 16);
-    let ctx: Vec<u32> = (0..12u32).map(|i| (i * 7919 + 13) % c.vocab_size as u32).collect();
+    let ctx: Vec<u32> = (0..12u32)
+        .map(|i| (i * 7919 + 13) % c.vocab_size as u32)
+        .collect();
     let parents: [i32; 10] = [-1, -1, 0, 1, 2, 2, 4, 3, 6, 0];
-    let toks: Vec<u32> = (0..10u32).map(|i| (i * 104_729 + 77) % c.vocab_size as u32).collect();
+    let toks: Vec<u32> = (0..10u32)
+        .map(|i| (i * 104_729 + 77) % c.vocab_size as u32)
+        .collect();
     let run = |kv: &mut KvCache, g: &mut QnnGraph, toks: &[u32], mask: &BatchMask, n_past| {
         let mut tokens = vec![PAD_TOKEN; 16];
         tokens[..toks.len()].copy_from_slice(toks);

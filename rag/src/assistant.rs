@@ -50,6 +50,7 @@
 
 use crate::embed::MiniLmEmbedder;
 use crate::embed_api::Embedder;
+use crate::engine::{self, BackendChoice, Engine};
 use crate::index::{Hit, Index, IndexOptions, IndexProgress, IndexSummary, SearchMode};
 use crate::models;
 use crate::prompt::{self, PromptSource};
@@ -57,7 +58,6 @@ use crate::prompt_head::{self, PromptHead};
 use anyhow::{anyhow, Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
-use crate::engine::{self, BackendChoice, Engine};
 use npu_runtime::session::{KvPrecision, LoadOptions, Model};
 use npu_runtime::weights_cache::WeightsCache;
 use serde::Serialize;

@@ -83,7 +83,11 @@ pub trait Engine: Target + Send {
     fn max_verify(&self) -> usize;
     /// Plain greedy decoding after prefilling `prompt` (one decode step per token, no
     /// drafts): the reference speculative output must equal token for token.
-    fn generate_greedy(&mut self, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, GenerationStats)>;
+    fn generate_greedy(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+    ) -> Result<(Vec<u32>, GenerationStats)>;
 }
 
 impl<B: Backend + Send> Engine for Session<B>
@@ -111,7 +115,11 @@ where
     fn max_verify(&self) -> usize {
         self.options().max_verify
     }
-    fn generate_greedy(&mut self, prompt: &[u32], max_tokens: usize) -> Result<(Vec<u32>, GenerationStats)> {
+    fn generate_greedy(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+    ) -> Result<(Vec<u32>, GenerationStats)> {
         let mut out = Vec::new();
         let stats = session::generate_greedy(self, prompt, max_tokens, |t| {
             out.push(t);

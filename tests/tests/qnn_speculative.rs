@@ -42,8 +42,12 @@ fn qnn_session(model: &Arc<Model>) -> Session<QnnBackend> {
         cache_dir: Some(BinaryCache::default_dir()),
     };
     let kv = 256;
-    let backend = QnnBackend::new(model.clone(), kv, shapes.cache_dir.clone().map(BinaryCache::new))
-        .unwrap();
+    let backend = QnnBackend::new(
+        model.clone(),
+        kv,
+        shapes.cache_dir.clone().map(BinaryCache::new),
+    )
+    .unwrap();
     let opts = qnn_session_options(&shapes, kv, KvPrecision::F32).unwrap();
     Session::with_backend(backend, model.clone(), opts).unwrap()
 }
@@ -90,7 +94,10 @@ fn qnn_sdnpu_equals_qnn_greedy_token_for_token() {
             m.mean_accepted(),
             m.mean_budget()
         );
-        assert_eq!(spec, greedy, "{text:?}: speculative output differs from greedy");
+        assert_eq!(
+            spec, greedy,
+            "{text:?}: speculative output differs from greedy"
+        );
         accepted_more_than_one |= m.mean_accepted() > 1.0 && m.mean_budget() > 1.0;
     }
     assert!(
