@@ -554,6 +554,7 @@ pub fn run(args: Args) -> Result<()> {
                 a.len().max(b.len()) - same
             })
             .sum();
+        let mismatch_cell = format!("{mismatches} ({mismatched_tokens})");
         table.push_str(&format!(
             "| {} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2} ({:.2}) | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} / {:.2} / {:.2} |\n",
             r.mode.name(),
@@ -569,7 +570,7 @@ pub fn run(args: Args) -> Result<()> {
             100.0 * u,
             100.0 * m.overhead_share(),
             m.prefill_ms / m.runs.max(1) as f64,
-            format!("{mismatches} ({mismatched_tokens})"),
+            mismatch_cell,
             m.potential_accepted(4),
             m.potential_accepted(8),
             m.potential_accepted(16),
