@@ -13,6 +13,7 @@ mod cmd_generate;
 mod cmd_index;
 mod cmd_model;
 mod cmd_search;
+mod cmd_serve;
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +38,8 @@ enum Cmd {
     Ask(cmd_ask::Args),
     /// Generate text from a prompt (no retrieval).
     Generate(cmd_generate::Args),
+    /// Serve an OpenAI-compatible HTTP API (chat with retrieval, embeddings, search).
+    Serve(cmd_serve::Args),
     /// Fetch and list models.
     #[command(subcommand)]
     Model(cmd_model::ModelCmd),
@@ -78,6 +81,7 @@ fn main() {
         Cmd::Search(a) => cmd_search::run(a),
         Cmd::Ask(a) => cmd_ask::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
+        Cmd::Serve(a) => cmd_serve::run(a),
         Cmd::Model(c) => cmd_model::run(c),
         Cmd::Bench(BenchCmd::Model(a)) => cmd_bench_model::run(a),
         Cmd::Bench(BenchCmd::VsLlamacpp(a)) => cmd_bench_peer::run(a),
