@@ -18,8 +18,7 @@ pub(crate) async fn require_key(
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| same_secret(g.as_bytes(), key.as_bytes())) {
             return Err(ApiError::unauthorized());
         }

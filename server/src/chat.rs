@@ -96,6 +96,9 @@ pub(crate) async fn completions(
         let counters = &job_app.counters;
         let event = match result {
             Ok(answer) => {
+                counters
+                    .tokens
+                    .fetch_add(answer.tokens_generated as u64, Ordering::SeqCst);
                 let rest = stop.finish();
                 if !rest.is_empty() && tx.send(GenEvent::Text(rest)).is_err() {
                     client_gone = true;
@@ -105,12 +108,12 @@ pub(crate) async fn completions(
                 } else {
                     counters.completed.fetch_add(1, Ordering::SeqCst);
                 }
-                let finish_reason =
-                    if !stop.stopped() && answer.tokens_generated >= ask.max_tokens {
-                        "length"
-                    } else {
-                        "stop"
-                    };
+                let finish_reason = if !stop.stopped() && answer.tokens_generated >= ask.max_tokens
+                {
+                    "length"
+                } else {
+                    "stop"
+                };
                 GenEvent::Done {
                     answer: Box::new(answer),
                     finish_reason,
@@ -154,7 +157,10 @@ fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
     };
     let retrieve = retrieval_model && req.retrieval.unwrap_or(true);
     if req.messages.is_empty() {
-        return Err(ApiError::bad_request("messages", "messages must not be empty"));
+        return Err(ApiError::bad_request(
+            "messages",
+            "messages must not be empty",
+        ));
     }
     let messages = req
         .messages
@@ -174,7 +180,12 @@ fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
     let limit = app.opts.max_tokens_limit;
     let max_tokens = match req.max_completion_tokens.or(req.max_tokens) {
         None => app.opts.default_max_tokens.min(limit),
-        Some(0) => return Err(ApiError::bad_request("max_tokens", "max_tokens must be > 0")),
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "max_tokens",
+                "max_tokens must be > 0",
+            ))
+        }
         Some(n) if n > limit as u64 => {
             return Err(ApiError::bad_request(
                 "max_tokens",
@@ -300,7 +311,7 @@ async fn collect(
                         "finish_reason": finish_reason,
                     }],
                     "usage": usage(&answer),
-                    "sources": answer.sources,
+                    "sources": crate::printed_value(&answer.sources),
                 });
                 return Ok(Json(body).into_response());
             }
@@ -346,7 +357,7 @@ impl StreamState {
     /// chunk if asked for, and `[DONE]`.
     fn ending(&self, answer: &Answer, finish_reason: &str) -> Vec<Event> {
         let mut last = self.chunk(json!({}), Some(finish_reason));
-        last["sources"] = json!(answer.sources);
+        last["sources"] = crate::printed_value(&answer.sources);
         let mut events = vec![data(&last)];
         if self.include_usage {
             let mut u = self.chunk(json!({}), None);
@@ -409,7 +420,10 @@ fn stream(
                         }
                         None => {
                             st.phase = Phase::Finished(Vec::new());
-                            data(&ApiError::internal("the generation ended without an answer").body())
+                            data(
+                                &ApiError::internal("the generation ended without an answer")
+                                    .body(),
+                            )
                         }
                     };
                     return Some((Ok(event), st));

@@ -43,7 +43,10 @@ pub(crate) async fn create(
         ));
     }
     if texts.iter().any(|t| t.is_empty()) {
-        return Err(ApiError::bad_request("input", "input strings must not be empty"));
+        return Err(ApiError::bad_request(
+            "input",
+            "input strings must not be empty",
+        ));
     }
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,

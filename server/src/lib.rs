@@ -78,6 +78,8 @@ struct Counters {
     completed: AtomicU64,
     cancelled: AtomicU64,
     failed: AtomicU64,
+    /// Tokens generated, cancelled generations included.
+    tokens: AtomicU64,
 }
 
 struct AppState {
@@ -108,6 +110,15 @@ impl AppState {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         format!("{prefix}-{:x}{n:06x}", self.created)
     }
+}
+
+/// `v` as a JSON value with its numbers as its own `Serialize` prints them: an `f32` score
+/// stays `0.14553621` (what `rag search --json` prints) instead of widening to
+/// `0.14553621411323547` as `serde_json::to_value` does.
+fn printed_value<T: Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_string(v)
+        .and_then(|s| serde_json::from_str(&s))
+        .unwrap_or(serde_json::Value::Null)
 }
 
 /// The id `/v1/models` shows for a model name or a GGUF path (its file stem).
@@ -185,6 +196,7 @@ struct GenerationCounts {
     completed: u64,
     cancelled: u64,
     failed: u64,
+    tokens: u64,
 }
 
 async fn health(State(app): State<Arc<AppState>>) -> Json<Health> {
@@ -198,6 +210,7 @@ async fn health(State(app): State<Arc<AppState>>) -> Json<Health> {
             completed: c.completed.load(Ordering::SeqCst),
             cancelled: c.cancelled.load(Ordering::SeqCst),
             failed: c.failed.load(Ordering::SeqCst),
+            tokens: c.tokens.load(Ordering::SeqCst),
         },
     })
 }

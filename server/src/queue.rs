@@ -101,9 +101,9 @@ mod tests {
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..2 {
-            let (q, order) = (Arc::clone(&q), Arc::clone(&order));
+            let (q2, order) = (Arc::clone(&q), Arc::clone(&order));
             waiters.push(tokio::spawn(async move {
-                let t = q.enter().await.unwrap();
+                let t = q2.enter().await.unwrap();
                 order.lock().unwrap().push(i);
                 drop(t);
             }));

@@ -56,7 +56,7 @@ pub(crate) async fn search(
         "object": "list",
         "query": req.query,
         "mode": mode_name(mode),
-        "data": hits,
+        "data": crate::printed_value(&hits),
     })))
 }
 
