@@ -131,7 +131,10 @@ pub fn run(mut a: Args) -> Result<()> {
             rag_server::model_id(assistant.model_name())
         );
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminated() => {}
+            }
             eprintln!("rag serve: shutting down");
         };
         rag_server::serve(listener, router, shutdown)
@@ -140,4 +143,16 @@ pub fn run(mut a: Args) -> Result<()> {
     })?;
     assistant.finish_background_work(|what| eprintln!("({what})"));
     Ok(())
+}
+
+/// SIGTERM (how service managers stop a server); never on other platforms.
+async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut term) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        term.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await
 }
