@@ -148,8 +148,7 @@ pub fn run(mut a: Args) -> Result<()> {
 /// SIGTERM (how service managers stop a server); never on other platforms.
 async fn terminated() {
     #[cfg(unix)]
-    if let Ok(mut term) =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     {
         term.recv().await;
         return;

@@ -64,7 +64,11 @@ fn assistant() -> Arc<Assistant> {
 
 /// A server on 127.0.0.1:<free port>, served by its own runtime thread until the process ends.
 fn start(opts: ServerOptions) -> String {
-    let router = rag_server::router(assistant(), opts);
+    start_with(assistant(), opts)
+}
+
+fn start_with(assistant: Arc<Assistant>, opts: ServerOptions) -> String {
+    let router = rag_server::router(assistant, opts);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -725,5 +729,116 @@ fn concurrent_clients_get_the_answers_they_get_alone() {
     assert_eq!(
         health(&base)["generations"]["completed"],
         2 * questions.len()
+    );
+}
+
+#[test]
+fn searches_stay_whole_while_another_writer_reindexes() {
+    // BM25 only: no model is loaded for search, so this needs none.
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let write_docs = |docs: &std::path::Path, round: usize| {
+        for i in 0..20 {
+            std::fs::write(
+                docs.join(format!("heron-{i}.md")),
+                format!(
+                    "# Heron {i}\n\nRound {round}: grey heron number {i} fishes in the lake.\n"
+                ),
+            )
+            .unwrap();
+        }
+    };
+    write_docs(&docs, 0);
+    let index_dir = dir.path().join("index");
+    let mut opts = AssistantOptions::new(&index_dir);
+    opts.dense = false;
+    let a = Arc::new(Assistant::open(opts).unwrap());
+    a.add_paths(
+        std::slice::from_ref(&docs),
+        &IndexOptions::default(),
+        &|_| {},
+    )
+    .unwrap();
+    let base = start_with(
+        a,
+        ServerOptions {
+            mode: SearchMode::Bm25,
+            ..ServerOptions::default()
+        },
+    );
+    // Another index handle rewrites every document and adds new ones, as `rag index` in
+    // another process would, while clients search.
+    let writer = {
+        let (docs, index_dir) = (docs.clone(), index_dir.clone());
+        std::thread::spawn(move || {
+            let index = rag::Index::open(&index_dir, None).unwrap();
+            for round in 1..=3 {
+                write_docs(&docs, round);
+                std::fs::write(
+                    docs.join(format!("otters-{round}.md")),
+                    "# Otters\n\nOtters hold hands while they sleep.\n",
+                )
+                .unwrap();
+                index
+                    .add_paths(
+                        std::slice::from_ref(&docs),
+                        &IndexOptions::default(),
+                        &|_| {},
+                    )
+                    .unwrap();
+            }
+        })
+    };
+    let (mut searches, mut short) = (0, 0);
+    while !writer.is_finished() || searches == 0 {
+        let (s, b) = post(
+            &format!("{base}/v1/search"),
+            &json!({"query": "grey heron lake", "top_k": 5}),
+            None,
+        );
+        assert_eq!(s, 200, "{b}");
+        let hits = b["data"].as_array().unwrap();
+        // While a rewritten document's new chunks are committed to the store but not yet
+        // to BM25, its old hits are dropped (rag/README.md): fewer hits, never wrong ones.
+        if hits.len() < 5 {
+            short += 1;
+        }
+        for h in hits {
+            let text = h["text"].as_str().unwrap();
+            assert!(text.contains("grey heron number"), "{h}");
+            assert!(h["path"].as_str().unwrap().contains("heron-"), "{h}");
+        }
+        searches += 1;
+    }
+    writer.join().unwrap();
+    eprintln!("{searches} searches during re-indexing, {short} with fewer than 5 hits");
+    let (_, b) = post(
+        &format!("{base}/v1/search"),
+        &json!({"query": "grey heron lake", "top_k": 5}),
+        None,
+    );
+    assert_eq!(b["data"].as_array().unwrap().len(), 5, "{b}");
+    let (_, b) = post(
+        &format!("{base}/v1/search"),
+        &json!({"query": "otters sleep", "top_k": 3}),
+        None,
+    );
+    let paths: Vec<&str> = b["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths.len(), 3, "{b}");
+    assert!(paths.iter().all(|p| p.contains("otters-")), "{paths:?}");
+    let (_, b) = post(
+        &format!("{base}/v1/search"),
+        &json!({"query": "heron", "top_k": 1}),
+        None,
+    );
+    assert!(
+        b["data"][0]["text"].as_str().unwrap().contains("Round 3"),
+        "{b}"
     );
 }
