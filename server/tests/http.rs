@@ -634,6 +634,36 @@ fn a_client_that_disconnects_cancels_its_generation() {
     );
     assert_eq!(h["generations"]["completed"], 1, "{h}");
     assert_eq!(h["generation_queue"]["running"], 0, "{h}");
+
+    // The same for a client waiting for a whole (not streamed) answer.
+    let before = h["generations"]["tokens"].as_u64().unwrap();
+    let addr = base.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).unwrap();
+    let body = long_request().to_string();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    wait_for("the whole answer to start", Duration::from_secs(60), || {
+        health(&base)["generation_queue"]["running"] == 1
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    s.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(s);
+    wait_for(
+        "the second cancelled generation",
+        Duration::from_secs(60),
+        || health(&base)["generations"]["cancelled"] == 2,
+    );
+    let h = health(&base);
+    let tokens = h["generations"]["tokens"].as_u64().unwrap() - before;
+    assert!(
+        tokens < 300,
+        "the generation went on for {tokens} tokens: {h}"
+    );
+    assert_eq!(h["generations"]["completed"], 1, "{h}");
     // The slot is free: the next client is answered.
     let (s, b) = post(
         &format!("{base}/v1/chat/completions"),
@@ -841,4 +871,20 @@ fn searches_stay_whole_while_another_writer_reindexes() {
         b["data"][0]["text"].as_str().unwrap().contains("Round 3"),
         "{b}"
     );
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_the_clients_error() {
+    if !models_available() {
+        return;
+    }
+    let base = default_server();
+    // ~6000 tokens against the 4096-token context.
+    let (s, b) = post(
+        &format!("{base}/v1/chat/completions"),
+        &chat(PLAIN, &"heron lake ".repeat(3000), 4),
+        None,
+    );
+    assert_error(s, &b, 400, "invalid_request_error", Some("messages"));
+    assert_eq!(b["error"]["code"], "context_length_exceeded");
 }
