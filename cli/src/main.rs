@@ -4,6 +4,7 @@
 mod bench_report;
 mod cmd_ask;
 mod cmd_bench_answers;
+mod cmd_bench_conversations;
 mod cmd_bench_model;
 mod cmd_bench_peer;
 mod cmd_bench_prefill;
@@ -63,6 +64,8 @@ enum BenchCmd {
     Retrieval(cmd_bench_retrieval::Args),
     /// End-to-end answer quality per model on the sample corpus.
     Answers(cmd_bench_answers::Args),
+    /// Follow-up questions: search-query strategies on two-turn conversations.
+    Conversations(cmd_bench_conversations::Args),
 }
 
 fn main() {
@@ -89,6 +92,7 @@ fn main() {
         Cmd::Bench(BenchCmd::Prefill(a)) => cmd_bench_prefill::run(a),
         Cmd::Bench(BenchCmd::Retrieval(a)) => cmd_bench_retrieval::run(a),
         Cmd::Bench(BenchCmd::Answers(a)) => cmd_bench_answers::run(a),
+        Cmd::Bench(BenchCmd::Conversations(a)) => cmd_bench_conversations::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -115,6 +115,22 @@ pub fn with_context(question: &str, context: &str, system: Option<&str>) -> Vec<
     msgs
 }
 
+/// The search query for a chat's last user message: the user's previous message and the
+/// last one, joined (a follow-up such as "How long does it take?" names its subject only
+/// in the turn before). Assistant turns are left out: they repeat the retrieved text and
+/// drag the search back to the previous answer's sources. Chosen by `rag bench
+/// conversations` (BENCHMARKS.md).
+pub fn search_query(chat: &[ChatMessage]) -> String {
+    let mut users = chat.iter().rev().filter(|m| m.role == "user");
+    let last = users.next().map_or("", |m| m.content.trim());
+    match users.next() {
+        Some(previous) if !previous.content.trim().is_empty() => {
+            format!("{}\n{last}", previous.content.trim())
+        }
+        _ => last.to_owned(),
+    }
+}
+
 /// A caller's chat with retrieval: `cited` (the system message and numbered-sources user
 /// turn of [`assemble`] for the chat's last message) replaces that last message; the
 /// caller's system messages join ours in the one leading system message (chat templates
@@ -177,6 +193,27 @@ mod tests {
 
     fn words(s: &str) -> usize {
         s.split_whitespace().count()
+    }
+
+    #[test]
+    fn search_query_joins_the_last_two_user_turns() {
+        let m = |r: &str, c: &str| ChatMessage {
+            role: r.into(),
+            content: c.into(),
+        };
+        assert_eq!(search_query(&[m("user", " Reset? ")]), "Reset?");
+        let chat = [
+            m("system", "Be brief."),
+            m("user", "Old topic"),
+            m("user", "How do I pair the console?"),
+            m("assistant", "Hold PAIR for 3 seconds."),
+            m("user", "How long does it take?"),
+        ];
+        assert_eq!(
+            search_query(&chat),
+            "How do I pair the console?\nHow long does it take?"
+        );
+        assert_eq!(search_query(&[]), "");
     }
 
     #[test]

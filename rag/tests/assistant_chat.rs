@@ -1,6 +1,6 @@
 //! `Assistant::chat` (the server's entry point) against the paths it generalizes: one
 //! user message with retrieval is `ask`, without retrieval it is `ask_with_context` with no
-//! context; earlier turns reach the prompt but not the search.
+//! context; earlier turns reach the prompt, and the previous user turn the search.
 
 use graphs::chat::ChatMessage;
 use rag::assistant::AskOptions;
@@ -65,17 +65,28 @@ fn chat_generalizes_ask_and_ask_with_context() {
     assert_eq!(plain.prompt_tokens, bare.prompt_tokens);
     assert!(plain.sources.is_empty());
 
-    // Earlier turns and a caller's system message reach the prompt; the search still
-    // uses the last message only.
+    // Earlier turns and a caller's system message reach the prompt; the search is on the
+    // query given, and `chat` searches the last two user messages.
     let history = [
         msg("system", "Answer in one sentence."),
         msg("user", "What is the Kestrel K2?"),
         msg("assistant", "A weather station console."),
         msg("user", q),
     ];
-    let followed = a.chat(&history, true, &opts(), &mut |_| true).unwrap();
+    let followed = a
+        .chat_with_query(&history, Some(q), &opts(), &mut |_| true)
+        .unwrap();
     assert_eq!(ids(&followed.sources), ids(&asked.sources));
     assert!(followed.prompt_tokens > asked.prompt_tokens + 15);
+    let joined = format!("What is the Kestrel K2?\n{q}");
+    assert_eq!(rag::prompt::search_query(&history), joined);
+    let chatted = a.chat(&history, true, &opts(), &mut |_| true).unwrap();
+    let searched = a
+        .chat_with_query(&history, Some(&joined), &opts(), &mut |_| true)
+        .unwrap();
+    assert_eq!(ids(&chatted.sources), ids(&searched.sources));
+    assert_eq!(chatted.answer, searched.answer);
+    assert_eq!(chatted.prompt_tokens, followed.prompt_tokens);
 
     let err = a
         .chat(&history[..3], true, &opts(), &mut |_| true)
