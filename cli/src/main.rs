@@ -10,6 +10,7 @@ mod cmd_bench_peer;
 mod cmd_bench_prefill;
 mod cmd_bench_retrieval;
 mod cmd_bench_specdec;
+mod cmd_chat;
 mod cmd_generate;
 mod cmd_index;
 mod cmd_model;
@@ -37,6 +38,8 @@ enum Cmd {
     Search(cmd_search::Args),
     /// Answer a question from the index with a local LLM, citing sources.
     Ask(cmd_ask::Args),
+    /// A conversation over the index: follow-up questions, /sources, /reset.
+    Chat(cmd_chat::Args),
     /// Generate text from a prompt (no retrieval).
     Generate(cmd_generate::Args),
     /// Serve an OpenAI-compatible HTTP API (chat with retrieval, embeddings, search).
@@ -83,6 +86,7 @@ fn main() {
         Cmd::Index(a) => cmd_index::run(a),
         Cmd::Search(a) => cmd_search::run(a),
         Cmd::Ask(a) => cmd_ask::run(a),
+        Cmd::Chat(a) => cmd_chat::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
         Cmd::Serve(a) => cmd_serve::run(a),
         Cmd::Model(c) => cmd_model::run(c),
