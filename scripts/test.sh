@@ -4,3 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh smollm2-135m qwen2.5-coder-0.5b minilm-l6-v2 qnn-htp
 cargo test --release --workspace "$@"
+# `rag serve` driven by the official openai Python client (skips if pip cannot reach its
+# index); reuses the binary the tests above built.
+RAG_BIN="${CARGO_TARGET_DIR:-target}/release/rag" scripts/test-server.sh

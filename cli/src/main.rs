@@ -5,15 +5,18 @@ mod backend_args;
 mod bench_report;
 mod cmd_ask;
 mod cmd_bench_answers;
+mod cmd_bench_conversations;
 mod cmd_bench_model;
 mod cmd_bench_peer;
 mod cmd_bench_prefill;
 mod cmd_bench_retrieval;
 mod cmd_bench_specdec;
+mod cmd_chat;
 mod cmd_generate;
 mod cmd_index;
 mod cmd_model;
 mod cmd_search;
+mod cmd_serve;
 
 use clap::{Parser, Subcommand};
 
@@ -36,8 +39,12 @@ enum Cmd {
     Search(cmd_search::Args),
     /// Answer a question from the index with a local LLM, citing sources.
     Ask(cmd_ask::Args),
+    /// A conversation over the index: follow-up questions, /sources, /reset.
+    Chat(cmd_chat::Args),
     /// Generate text from a prompt (no retrieval).
     Generate(cmd_generate::Args),
+    /// Serve an OpenAI-compatible HTTP API (chat with retrieval, embeddings, search).
+    Serve(cmd_serve::Args),
     /// Fetch and list models.
     #[command(subcommand)]
     Model(cmd_model::ModelCmd),
@@ -61,6 +68,8 @@ enum BenchCmd {
     Retrieval(cmd_bench_retrieval::Args),
     /// End-to-end answer quality per model on the sample corpus.
     Answers(cmd_bench_answers::Args),
+    /// Follow-up questions: search-query strategies on two-turn conversations.
+    Conversations(cmd_bench_conversations::Args),
 }
 
 fn main() {
@@ -78,7 +87,9 @@ fn main() {
         Cmd::Index(a) => cmd_index::run(a),
         Cmd::Search(a) => cmd_search::run(a),
         Cmd::Ask(a) => cmd_ask::run(a),
+        Cmd::Chat(a) => cmd_chat::run(a),
         Cmd::Generate(a) => cmd_generate::run(a),
+        Cmd::Serve(a) => cmd_serve::run(a),
         Cmd::Model(c) => cmd_model::run(c),
         Cmd::Bench(BenchCmd::Model(a)) => cmd_bench_model::run(a),
         Cmd::Bench(BenchCmd::VsLlamacpp(a)) => cmd_bench_peer::run(a),
@@ -86,6 +97,7 @@ fn main() {
         Cmd::Bench(BenchCmd::Prefill(a)) => cmd_bench_prefill::run(a),
         Cmd::Bench(BenchCmd::Retrieval(a)) => cmd_bench_retrieval::run(a),
         Cmd::Bench(BenchCmd::Answers(a)) => cmd_bench_answers::run(a),
+        Cmd::Bench(BenchCmd::Conversations(a)) => cmd_bench_conversations::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

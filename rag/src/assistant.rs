@@ -449,6 +449,56 @@ impl Assistant {
         self.generate(&llm, &messages, opts, started, on_text)
     }
 
+    /// Answer the last user message of a caller's chat (OpenAI-style: system messages,
+    /// earlier turns, the question last). With `retrieve`, the last message becomes the
+    /// numbered-sources turn of [`Assistant::ask`] (the caller's system messages follow
+    /// ours, earlier turns are kept as they are); without, the messages go to the model's
+    /// chat template unchanged and `sources` is empty.
+    ///
+    /// The search query is [`prompt::search_query`] of the messages: the last user message,
+    /// preceded by the user's previous one, so that a follow-up ("how long does it take?")
+    /// is searched with its subject.
+    pub fn chat(
+        &self,
+        messages: &[ChatMessage],
+        retrieve: bool,
+        opts: &AskOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Answer> {
+        let query = retrieve.then(|| prompt::search_query(messages));
+        self.chat_with_query(messages, query.as_deref(), opts, on_text)
+    }
+
+    /// [`Assistant::chat`] with the search query given (`None`: no retrieval): the
+    /// sources come from searching `query`, the prompt is built as `chat` builds it.
+    pub fn chat_with_query(
+        &self,
+        messages: &[ChatMessage],
+        query: Option<&str>,
+        opts: &AskOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Answer> {
+        let started = Instant::now();
+        anyhow::ensure!(!messages.is_empty(), "the chat has no messages");
+        let Some(query) = query else {
+            let llm = self.llm()?;
+            return self.generate(&llm, messages, opts, started, on_text);
+        };
+        let question = match messages.last() {
+            Some(m) if m.role == "user" => m.content.as_str(),
+            _ => anyhow::bail!("with retrieval, the last message must be the user's question"),
+        };
+        let hits = self.index.search(query, opts.top_k, opts.mode)?;
+        let retrieve_ms = ms(started);
+        let llm = self.llm()?;
+        let (cited_messages, cited) = cited_prompt(&llm, question, &hits, opts);
+        let merged = prompt::with_history(messages, cited_messages);
+        let mut answer = self.generate(&llm, &merged, opts, started, on_text)?;
+        answer.sources = cited;
+        answer.timings.retrieve_ms = retrieve_ms;
+        Ok(answer)
+    }
+
     /// Async-friendly streaming: the answer arrives as [`AskEvent`]s on a tokio channel
     /// (`Text` pieces, then one `Done` with the full [`Answer`], or one `Error`); the
     /// returned [`CancelToken`] stops generation at the next token (the `Done` answer then

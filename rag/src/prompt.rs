@@ -115,6 +115,44 @@ pub fn with_context(question: &str, context: &str, system: Option<&str>) -> Vec<
     msgs
 }
 
+/// The search query for a chat's last user message: the user's previous message and the
+/// last one, joined (a follow-up such as "How long does it take?" names its subject only
+/// in the turn before). Assistant turns are left out: they repeat the retrieved text and
+/// drag the search back to the previous answer's sources. Chosen by `rag bench
+/// conversations` (BENCHMARKS.md).
+pub fn search_query(chat: &[ChatMessage]) -> String {
+    let mut users = chat.iter().rev().filter(|m| m.role == "user");
+    let last = users.next().map_or("", |m| m.content.trim());
+    match users.next() {
+        Some(previous) if !previous.content.trim().is_empty() => {
+            format!("{}\n{last}", previous.content.trim())
+        }
+        _ => last.to_owned(),
+    }
+}
+
+/// A caller's chat with retrieval: `cited` (the system message and numbered-sources user
+/// turn of [`assemble`] for the chat's last message) replaces that last message; the
+/// caller's system messages join ours in the one leading system message (chat templates
+/// expect at most one, first), and the other earlier turns are kept in order.
+pub fn with_history(chat: &[ChatMessage], cited: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut cited = cited.into_iter();
+    let (Some(mut system), Some(question)) = (cited.next(), cited.next()) else {
+        return chat.to_vec();
+    };
+    let earlier = &chat[..chat.len().saturating_sub(1)];
+    for m in earlier.iter().filter(|m| m.role == "system") {
+        if !m.content.trim().is_empty() {
+            system.content.push_str("\n\n");
+            system.content.push_str(m.content.trim());
+        }
+    }
+    let mut out = vec![system];
+    out.extend(earlier.iter().filter(|m| m.role != "system").cloned());
+    out.push(question);
+    out
+}
+
 /// The longest prefix of whole lines (or, for a single long line, whole words) of `text`
 /// that fits in `max_tokens`.
 fn cut_to_tokens(text: &str, max_tokens: usize, count_tokens: &dyn Fn(&str) -> usize) -> String {
@@ -155,6 +193,59 @@ mod tests {
 
     fn words(s: &str) -> usize {
         s.split_whitespace().count()
+    }
+
+    #[test]
+    fn search_query_joins_the_last_two_user_turns() {
+        let m = |r: &str, c: &str| ChatMessage {
+            role: r.into(),
+            content: c.into(),
+        };
+        assert_eq!(search_query(&[m("user", " Reset? ")]), "Reset?");
+        let chat = [
+            m("system", "Be brief."),
+            m("user", "Old topic"),
+            m("user", "How do I pair the console?"),
+            m("assistant", "Hold PAIR for 3 seconds."),
+            m("user", "How long does it take?"),
+        ];
+        assert_eq!(
+            search_query(&chat),
+            "How do I pair the console?\nHow long does it take?"
+        );
+        assert_eq!(search_query(&[]), "");
+    }
+
+    #[test]
+    fn with_history_keeps_earlier_turns_and_one_system_message() {
+        let m = |r: &str, c: &str| ChatMessage {
+            role: r.into(),
+            content: c.into(),
+        };
+        let chat = vec![
+            m("system", "Answer in French."),
+            m("user", "What is the K2?"),
+            m("assistant", "A console."),
+            m("user", "How do I reset it?"),
+        ];
+        let src = PromptSource {
+            label: "a.md:1-2".into(),
+            heading: None,
+            text: "Hold PAIR.".into(),
+        };
+        let cited = assemble("How do I reset it?", &[src], 200, &words).messages;
+        let out = with_history(&chat, cited.clone());
+        let roles: Vec<&str> = out.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"]);
+        assert_eq!(
+            out[0].content,
+            format!("{SYSTEM_PROMPT}\n\nAnswer in French.")
+        );
+        assert_eq!(out[1].content, "What is the K2?");
+        assert_eq!(out[3], cited[1]);
+        assert!(out[3].content.contains("[1] a.md:1-2"));
+        // A single question: exactly what `assemble` built.
+        assert_eq!(with_history(&chat[3..], cited.clone()), cited);
     }
 
     fn src(label: &str, text: &str) -> PromptSource {

@@ -1,0 +1,197 @@
+//! `rag chat`: a conversation over the index in the terminal. Each question is answered
+//! with the conversation so far (follow-ups are searched with the previous question:
+//! `Assistant::chat`); `/sources` lists the last answer's sources, `/reset` starts over,
+//! Ctrl-C stops the answer being written (not the conversation), Ctrl-D or `/quit` ends.
+
+use anyhow::Result;
+use graphs::chat::ChatMessage;
+use npu_runtime::weights_cache::WeightsCache;
+use rag::assistant::{AskOptions, Assistant, AssistantOptions, CancelToken, Source};
+use rag::SearchMode;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Exchanges (question and answer) kept in the prompt: older ones are dropped so a long
+/// conversation never outgrows the context.
+const KEPT_EXCHANGES: usize = 4;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value = ".rag-index")]
+    pub index_dir: PathBuf,
+    /// Model name (fetched on first use) or path to a GGUF file.
+    #[arg(long, default_value = rag::models::DEFAULT_MODEL)]
+    pub model: String,
+    /// Passages retrieved for each question.
+    #[arg(long, short = 'k', default_value_t = 4)]
+    pub top_k: usize,
+    /// hybrid (BM25 + dense, fused), bm25 or dense.
+    #[arg(long, default_value = "hybrid")]
+    pub mode: SearchMode,
+    /// BM25 only: do not load the embedding model.
+    #[arg(long)]
+    pub no_dense: bool,
+    /// Answer without retrieval (a plain conversation with the model).
+    #[arg(long)]
+    pub no_retrieval: bool,
+    /// Token budget for the numbered sources in the prompt.
+    #[arg(long, default_value_t = 1024)]
+    pub context_tokens: usize,
+    /// Tokens per answer at most.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Speculative decoding: none, pld, sam or sdnpu (the answer is the same; speed differs).
+    #[arg(long, default_value = "sdnpu")]
+    pub spec: String,
+    /// Compute threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Repack the model's weights on every load instead of caching them.
+    #[arg(long)]
+    pub no_weights_cache: bool,
+}
+
+const HELP: &str = "Ask a question; follow-ups may refer to earlier ones.\n\
+/sources  the sources of the last answer\n\
+/reset    forget the conversation\n\
+/quit     end (or Ctrl-D); Ctrl-C stops an answer";
+
+pub fn run(a: Args) -> Result<()> {
+    let spec = specdec::Mode::parse(&a.spec).map_err(|e| anyhow::anyhow!("--spec: {e}"))?;
+    let retrieve = !a.no_retrieval;
+    if retrieve {
+        anyhow::ensure!(
+            a.index_dir.join("store.sqlite").is_file(),
+            "no index at {}: run `rag index DIR` first (or pass --no-retrieval)",
+            a.index_dir.display()
+        );
+    }
+    let dense = retrieve && !a.no_dense && a.mode != SearchMode::Bm25;
+    let mut opts = AssistantOptions::new(&a.index_dir);
+    opts.model = a.model.clone();
+    opts.dense = dense;
+    opts.threads = a.threads;
+    opts.spec = spec;
+    opts.preload_model = true;
+    if a.no_weights_cache {
+        opts.weights_cache = WeightsCache::Off;
+    }
+    let assistant = Assistant::open(opts)?;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("rag chat ({}): /help for commands", a.model);
+    }
+    let answering: Arc<Mutex<Option<CancelToken>>> = Arc::default();
+    stop_answers_on_ctrl_c(Arc::clone(&answering))?;
+
+    let mut history: Vec<ChatMessage> = Vec::new();
+    let mut last_sources: Option<Vec<Source>> = None;
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut line = String::new();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        line.clear();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let input = line.trim();
+        match input {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/help" => {
+                println!("{HELP}");
+                continue;
+            }
+            "/reset" => {
+                history.clear();
+                last_sources = None;
+                println!("(conversation cleared)");
+                continue;
+            }
+            "/sources" => {
+                match &last_sources {
+                    None => println!("(no answer yet)"),
+                    Some(s) if s.is_empty() => println!("(the last answer had no sources)"),
+                    Some(sources) => {
+                        for s in sources {
+                            println!("[{}] {}", s.number, s.location());
+                        }
+                    }
+                }
+                continue;
+            }
+            cmd if cmd.starts_with('/') => {
+                println!("unknown command {cmd}: /help lists them");
+                continue;
+            }
+            _ => {}
+        }
+        let cancel = CancelToken::default();
+        *answering.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
+        let ask = AskOptions {
+            top_k: a.top_k,
+            mode: if dense { a.mode } else { SearchMode::Bm25 },
+            context_tokens: a.context_tokens,
+            max_tokens: a.max_tokens,
+            cancel: Some(cancel.clone()),
+        };
+        let mut messages = history.clone();
+        messages.push(ChatMessage {
+            role: "user".into(),
+            content: input.to_owned(),
+        });
+        let mut on_text = |piece: &str| {
+            let mut out = stdout.lock();
+            out.write_all(piece.as_bytes())
+                .and_then(|_| out.flush())
+                .is_ok()
+        };
+        let result = assistant.chat(&messages, retrieve, &ask, &mut on_text);
+        *answering.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(e) => {
+                println!();
+                eprintln!("error: {e:#}");
+                continue;
+            }
+        };
+        println!();
+        if answer.cancelled {
+            // The conversation goes on without the interrupted exchange.
+            println!("(stopped)");
+            continue;
+        }
+        messages.push(ChatMessage {
+            role: "assistant".into(),
+            content: answer.answer.clone(),
+        });
+        let drop = messages.len().saturating_sub(2 * KEPT_EXCHANGES);
+        history = messages.split_off(drop);
+        last_sources = Some(answer.sources);
+    }
+    assistant.finish_background_work(|what| eprintln!("({what})"));
+    Ok(())
+}
+
+/// Ctrl-C cancels the answer being written; with none, it ends the program as usual.
+fn stop_answers_on_ctrl_c(answering: Arc<Mutex<Option<CancelToken>>>) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::spawn(move || {
+        rt.block_on(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                match answering.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    Some(cancel) => cancel.cancel(),
+                    None => std::process::exit(130),
+                }
+            }
+        })
+    });
+    Ok(())
+}

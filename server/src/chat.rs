@@ -1,0 +1,441 @@
+//! `POST /v1/chat/completions`: OpenAI's chat completion, whole or as server-sent events.
+//!
+//! A request is validated, takes a place in the generation queue (429 if full), and runs
+//! [`rag::assistant::Assistant::chat`] on tokio's blocking pool; text comes back through a
+//! channel, passes the stop-sequence matcher, and is sent or collected. When the client
+//! goes away the handler (or the stream) is dropped: its guard cancels the generation and
+//! the closed channel stops it at the next token either way.
+
+use crate::error::{ApiError, ApiJson};
+use crate::openai::{ChatRequest, Content, Message};
+use crate::stop::StopMatcher;
+use crate::{AppState, NO_RETRIEVAL_SUFFIX};
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use graphs::chat::ChatMessage;
+use rag::assistant::{Answer, AskOptions, CancelToken};
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// OpenAI's limit on stop sequences.
+const MAX_STOPS: usize = 4;
+
+/// A validated request.
+struct Plan {
+    model: String,
+    messages: Vec<ChatMessage>,
+    retrieve: bool,
+    max_tokens: usize,
+    stops: Vec<String>,
+    stream: bool,
+    include_usage: bool,
+}
+
+enum GenEvent {
+    Text(String),
+    Done {
+        answer: Box<Answer>,
+        finish_reason: &'static str,
+    },
+    Failed(ApiError),
+}
+
+/// Cancels the generation when the request's future or stream is dropped (client gone).
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+pub(crate) async fn completions(
+    State(app): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let plan = validate(&app, req)?;
+    let ticket = app
+        .generation
+        .enter()
+        .await
+        .map_err(|_| ApiError::queue_full("chat completion"))?;
+    let cancel = CancelToken::default();
+    let guard = CancelOnDrop(cancel.clone());
+    let (tx, rx) = unbounded_channel();
+    let ask = AskOptions {
+        top_k: app.opts.top_k,
+        mode: app.opts.mode,
+        context_tokens: app.opts.context_tokens,
+        max_tokens: plan.max_tokens,
+        cancel: Some(cancel.clone()),
+    };
+    let job_app = Arc::clone(&app);
+    let (messages, retrieve, stops) = (plan.messages.clone(), plan.retrieve, plan.stops.clone());
+    tokio::task::spawn_blocking(move || {
+        let _ticket = ticket; // the slot is free once the generation has really ended
+        let mut stop = StopMatcher::new(stops);
+        let mut client_gone = false;
+        let result = {
+            let mut on_text = |piece: &str| {
+                let shown = stop.push(piece);
+                if !shown.is_empty() && tx.send(GenEvent::Text(shown)).is_err() {
+                    client_gone = true;
+                    return false;
+                }
+                !stop.stopped()
+            };
+            job_app
+                .assistant
+                .chat(&messages, retrieve, &ask, &mut on_text)
+        };
+        let counters = &job_app.counters;
+        let event = match result {
+            Ok(answer) => {
+                counters
+                    .tokens
+                    .fetch_add(answer.tokens_generated as u64, Ordering::SeqCst);
+                let rest = stop.finish();
+                if !rest.is_empty() && tx.send(GenEvent::Text(rest)).is_err() {
+                    client_gone = true;
+                }
+                if client_gone || cancel.is_cancelled() {
+                    counters.cancelled.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    counters.completed.fetch_add(1, Ordering::SeqCst);
+                }
+                let finish_reason = if !stop.stopped() && answer.tokens_generated >= ask.max_tokens
+                {
+                    "length"
+                } else {
+                    "stop"
+                };
+                GenEvent::Done {
+                    answer: Box::new(answer),
+                    finish_reason,
+                }
+            }
+            Err(e) => {
+                counters.failed.fetch_add(1, Ordering::SeqCst);
+                GenEvent::Failed(generation_error(&e))
+            }
+        };
+        let _ = tx.send(event);
+    });
+    if plan.stream {
+        Ok(stream(app, plan, rx, guard).into_response())
+    } else {
+        collect(app, plan, rx, guard).await
+    }
+}
+
+/// Errors of the generation as OpenAI reports them: an over-long prompt is the client's.
+fn generation_error(e: &anyhow::Error) -> ApiError {
+    let message = format!("{e:#}");
+    // `Assistant::generate` refuses a prompt that leaves no room in the context.
+    if message.contains("the context holds") {
+        ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::bad_request("messages", message)
+        }
+    } else {
+        ApiError::internal(message)
+    }
+}
+
+fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
+    let retrieval_model = if req.model == app.model_id {
+        true
+    } else if req.model.strip_suffix(NO_RETRIEVAL_SUFFIX) == Some(app.model_id.as_str()) {
+        false
+    } else {
+        return Err(ApiError::model_not_found(&req.model, &app.model_ids()));
+    };
+    let retrieve = retrieval_model && req.retrieval.unwrap_or(true);
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_request(
+            "messages",
+            "messages must not be empty",
+        ));
+    }
+    let messages = req
+        .messages
+        .into_iter()
+        .map(chat_message)
+        .collect::<Result<Vec<_>, _>>()?;
+    if retrieve && messages.last().is_some_and(|m| m.role != "user") {
+        return Err(ApiError::bad_request(
+            "messages",
+            "with retrieval the last message must be the user's (the search query); \
+             use the model `<id>:no-retrieval` or \"retrieval\": false otherwise",
+        ));
+    }
+    if req.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_request("n", "only n = 1 is supported"));
+    }
+    let limit = app.opts.max_tokens_limit;
+    let max_tokens = match req.max_completion_tokens.or(req.max_tokens) {
+        None => app.opts.default_max_tokens.min(limit),
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "max_tokens",
+                "max_tokens must be > 0",
+            ))
+        }
+        Some(n) if n > limit as u64 => {
+            return Err(ApiError::bad_request(
+                "max_tokens",
+                format!("max_tokens is {n}, but this server allows at most {limit}"),
+            ))
+        }
+        Some(n) => n as usize,
+    };
+    let stops = req.stop.map(|s| s.into_vec()).unwrap_or_default();
+    if stops.len() > MAX_STOPS {
+        return Err(ApiError::bad_request(
+            "stop",
+            format!("at most {MAX_STOPS} stop sequences"),
+        ));
+    }
+    // Decoding is greedy whatever these say (docs/server.md); out-of-range values are
+    // still the client's error, as with OpenAI.
+    if req
+        .temperature
+        .is_some_and(|t| !(0.0..=2.0).contains(&t) || t.is_nan())
+    {
+        return Err(ApiError::bad_request(
+            "temperature",
+            "temperature must be between 0 and 2",
+        ));
+    }
+    if req.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+        return Err(ApiError::bad_request("top_p", "top_p must be in (0, 1]"));
+    }
+    let _ = req.seed; // greedy decoding is deterministic: every seed gives the same answer
+    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::bad_request("tools", "tools are not supported"));
+    }
+    if let Some(f) = &req.response_format {
+        if f.get("type").and_then(Value::as_str) != Some("text") {
+            return Err(ApiError::bad_request(
+                "response_format",
+                "only the text response format is supported",
+            ));
+        }
+    }
+    Ok(Plan {
+        model: req.model,
+        messages,
+        retrieve,
+        max_tokens,
+        stops,
+        stream: req.stream,
+        include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+    })
+}
+
+fn chat_message(m: Message) -> Result<ChatMessage, ApiError> {
+    let role = match m.role.as_str() {
+        "system" | "developer" => "system",
+        "user" => "user",
+        "assistant" => "assistant",
+        other => {
+            return Err(ApiError::bad_request(
+                "messages",
+                format!("unsupported role `{other}` (system, developer, user, assistant)"),
+            ))
+        }
+    };
+    let content = match m.content {
+        None => String::new(),
+        Some(Content::Text(t)) => t,
+        Some(Content::Parts(parts)) => {
+            let mut texts = Vec::new();
+            for p in parts {
+                match (p.kind.as_str(), p.text) {
+                    ("text", Some(t)) => texts.push(t),
+                    (kind, _) => {
+                        return Err(ApiError::bad_request(
+                            "messages",
+                            format!("unsupported content part `{kind}`: only text"),
+                        ))
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+    };
+    Ok(ChatMessage {
+        role: role.into(),
+        content,
+    })
+}
+
+fn usage(a: &Answer) -> Value {
+    json!({
+        "prompt_tokens": a.prompt_tokens,
+        "completion_tokens": a.tokens_generated,
+        "total_tokens": a.prompt_tokens + a.tokens_generated,
+    })
+}
+
+async fn collect(
+    app: Arc<AppState>,
+    plan: Plan,
+    mut rx: UnboundedReceiver<GenEvent>,
+    guard: CancelOnDrop,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    while let Some(event) = rx.recv().await {
+        match event {
+            GenEvent::Text(t) => text.push_str(&t),
+            GenEvent::Failed(e) => return Err(e),
+            GenEvent::Done {
+                answer,
+                finish_reason,
+            } => {
+                drop(guard);
+                let body = json!({
+                    "id": app.next_id("chatcmpl"),
+                    "object": "chat.completion",
+                    "created": now(),
+                    "model": plan.model,
+                    "choices": [{
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "logprobs": null,
+                        "finish_reason": finish_reason,
+                    }],
+                    "usage": usage(&answer),
+                    "sources": crate::printed_value(&answer.sources),
+                });
+                return Ok(Json(body).into_response());
+            }
+        }
+    }
+    Err(ApiError::internal("the generation ended without an answer"))
+}
+
+/// What the SSE stream still has to send.
+enum Phase {
+    Role,
+    Body,
+    Finished(Vec<Event>),
+}
+
+struct StreamState {
+    rx: UnboundedReceiver<GenEvent>,
+    _guard: CancelOnDrop,
+    phase: Phase,
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl StreamState {
+    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "delta": delta,
+                "logprobs": null,
+                "finish_reason": finish_reason,
+            }],
+        })
+    }
+
+    /// The events that end a stream: the last chunk (finish reason and sources), the usage
+    /// chunk if asked for, and `[DONE]`.
+    fn ending(&self, answer: &Answer, finish_reason: &str) -> Vec<Event> {
+        let mut last = self.chunk(json!({}), Some(finish_reason));
+        last["sources"] = crate::printed_value(&answer.sources);
+        let mut events = vec![data(&last)];
+        if self.include_usage {
+            let mut u = self.chunk(json!({}), None);
+            u["choices"] = json!([]);
+            u["usage"] = usage(answer);
+            events.push(data(&u));
+        }
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
+}
+
+fn data(v: &Value) -> Event {
+    Event::default().data(v.to_string())
+}
+
+fn stream(
+    app: Arc<AppState>,
+    plan: Plan,
+    rx: UnboundedReceiver<GenEvent>,
+    guard: CancelOnDrop,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+    let state = StreamState {
+        rx,
+        _guard: guard,
+        phase: Phase::Role,
+        id: app.next_id("chatcmpl"),
+        created: now(),
+        model: plan.model,
+        include_usage: plan.include_usage,
+    };
+    let events = futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            match &mut st.phase {
+                Phase::Role => {
+                    st.phase = Phase::Body;
+                    let first = st.chunk(json!({"role": "assistant", "content": ""}), None);
+                    return Some((Ok(data(&first)), st));
+                }
+                Phase::Finished(rest) => {
+                    if rest.is_empty() {
+                        return None;
+                    }
+                    let e = rest.remove(0);
+                    return Some((Ok(e), st));
+                }
+                Phase::Body => {
+                    let event = match st.rx.recv().await {
+                        Some(GenEvent::Text(t)) => data(&st.chunk(json!({"content": t}), None)),
+                        Some(GenEvent::Done {
+                            answer,
+                            finish_reason,
+                        }) => {
+                            st.phase = Phase::Finished(st.ending(&answer, finish_reason));
+                            continue;
+                        }
+                        Some(GenEvent::Failed(e)) => {
+                            st.phase = Phase::Finished(Vec::new());
+                            data(&e.body())
+                        }
+                        None => {
+                            st.phase = Phase::Finished(Vec::new());
+                            data(
+                                &ApiError::internal("the generation ended without an answer")
+                                    .body(),
+                            )
+                        }
+                    };
+                    return Some((Ok(event), st));
+                }
+            }
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(app.opts.keep_alive))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
