@@ -86,6 +86,12 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
     } else {
         BinaryCache::default_dir()
     };
+    if args.qnn_kv == 0 || args.qnn_kv > model.config().ctx_len {
+        anyhow::bail!(
+            "--qnn-kv must be in 1..={} (the model's context length)",
+            model.config().ctx_len
+        );
+    }
     let backend = QnnBackend::new(
         model.clone(),
         args.qnn_kv,

@@ -147,6 +147,7 @@ fn qnn_session(
         anyhow::bail!("not the QNN backend");
     };
     let opts = rag::engine::qnn_session_options(&shapes, kv, crate::kv_precision(&args.kv_cache)?)?;
+    opts.check(model.config())?;
     let backend = QnnBackend::new(
         model.clone(),
         kv,

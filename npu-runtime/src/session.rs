@@ -292,16 +292,17 @@ pub struct Session<B: Backend = CpuBackend> {
 impl Session<CpuBackend> {
     /// A session on the CPU backend.
     pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Self> {
+        // Checked before the backend sizes its tables by the capacity.
+        opts.check(model.config())?;
         let backend = CpuBackend::new(model.clone(), opts.kv_capacity);
         Session::with_backend(backend, model, opts)
     }
 }
 
-impl<B: Backend> Session<B> {
-    /// A session whose graphs run on `backend` (built for `model` with at least
-    /// `opts.kv_capacity` KV slots). Compiles and loads every graph up front.
-    pub fn with_backend(backend: B, model: Arc<Model>, opts: SessionOptions) -> Result<Self> {
-        let c = model.config().clone();
+impl SessionOptions {
+    /// Errors for options no session of a model with `c` can have.
+    pub fn check(&self, c: &ModelConfig) -> Result<()> {
+        let opts = self;
         if opts.kv_capacity == 0 || opts.kv_capacity > c.ctx_len {
             return Err(RuntimeError::Capacity(format!(
                 "kv_capacity {} must be in 1..={} (the model's context length)",
@@ -321,6 +322,16 @@ impl<B: Backend> Session<B> {
                 "min_verify <= max_verify must both be one of {DECODE_SHAPES:?}"
             )));
         }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Session<B> {
+    /// A session whose graphs run on `backend` (built for `model` with at least
+    /// `opts.kv_capacity` KV slots). Compiles and loads every graph up front.
+    pub fn with_backend(backend: B, model: Arc<Model>, opts: SessionOptions) -> Result<Self> {
+        let c = model.config().clone();
+        opts.check(&c)?;
         let blocks = BlockSpec::split(c.n_layer, opts.blocks);
         let mut sizes: Vec<usize> = DECODE_SHAPES
             .iter()

@@ -147,12 +147,14 @@ pub fn open(
             },
         )?)),
         BackendChoice::Qnn(shapes) => {
+            let opts = qnn_session_options(shapes, kv_capacity, kv_precision)?;
+            // Before the backend sizes its tables by the capacity.
+            opts.check(model.config())?;
             let b = QnnBackend::new(
                 Arc::clone(model),
                 kv_capacity,
                 shapes.cache_dir.clone().map(BinaryCache::new),
             )?;
-            let opts = qnn_session_options(shapes, kv_capacity, kv_precision)?;
             let s = Session::with_backend(b, Arc::clone(model), opts)
                 .context("building the QNN graphs")?;
             Ok(Box::new(s))
