@@ -37,7 +37,9 @@ impl<'a> TextSink<'a> {
                     let ret = ret.bind(py);
                     // Only an explicit False stops: a callback that returns nothing (None)
                     // just consumes the text.
-                    !(ret.is_instance_of::<PyBool>() && !ret.is_truthy().unwrap_or(true))
+                    let is_false =
+                        ret.is_instance_of::<PyBool>() && matches!(ret.is_truthy(), Ok(false));
+                    !is_false
                 }
                 Err(e) => {
                     self.failure = Some(e);
