@@ -229,7 +229,8 @@ class Assistant:
 
         ``on_text(piece)`` receives the text as it is generated; returning ``False`` stops
         generation (the answer then has ``cancelled=True``). An exception it raises, or
-        Ctrl-C, stops generation and propagates.
+        Ctrl-C, stops generation and propagates. It must not ask this ``Assistant`` another
+        question (one generation runs at a time: that call would wait forever).
         """
     def ask_stream(
         self,
