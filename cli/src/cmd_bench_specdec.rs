@@ -260,10 +260,7 @@ pub fn run(args: Args) -> Result<()> {
         // A static shape: rounded up so that runs on similar prompts share compiled graphs.
         qnn => rag::engine::open(&model, qnn, kv.div_ceil(128) * 128, precision)?,
     };
-    let backend_tag = match session.backend_name() {
-        "cpu" => "cpu".to_owned(),
-        other => format!("{other} v{}", session.max_verify()),
-    };
+    let backend_tag = session.profile_tag();
     let max_verify = session.max_verify();
     let base_db = match &args.db {
         Some(p) => Some(TokenDb::open(p, specdec::tokendb::DEFAULT_MAX_TOKENS)?),

@@ -67,12 +67,15 @@ struct Stats {
 /// Greedy (`--spec none`: one decode step per token) or speculative generation on a
 /// session of any backend. The verify-cost curve comes from the cache, or is profiled
 /// once (before the prompt) and cached.
-fn decode<B: Backend>(
+fn decode<B: Backend + Send>(
     session: &mut Session<B>,
     args: &Args,
     prompt: &[u32],
     mut on_token: impl FnMut(u32) -> bool,
-) -> Result<Stats> {
+) -> Result<Stats>
+where
+    B::Graph: Send,
+{
     let mode = specdec::Mode::parse(&args.spec).map_err(|e| anyhow::anyhow!("--spec: {e}"))?;
     if mode == specdec::Mode::None {
         let s = generate_greedy(session, prompt, args.max_tokens, on_token)?;
@@ -86,10 +89,7 @@ fn decode<B: Backend>(
         });
     }
     let model = session.model().clone();
-    let backend = match session.backend().name() {
-        "cpu" => "cpu".to_owned(),
-        other => format!("{other} v{}", session.options().max_verify),
-    };
+    let backend = rag::engine::Engine::profile_tag(session);
     let file = curve_cache::backend_cache_file(
         &npu_runtime::schedule::profile::cache_dir(),
         model.path(),

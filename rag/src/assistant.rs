@@ -633,10 +633,7 @@ impl Assistant {
         .unwrap_or_else(|_| TokenDb::new((self.opts.token_db_max_tokens / 4).max(1)));
         let sam = Arc::new(drafting_db(&corpus_db, &conversations).build_index());
         // Curves (and prompt-head KV rows) of another backend are kept apart.
-        let backend = match session.backend_name() {
-            "cpu" => "cpu".to_owned(),
-            other => format!("{other} v{}", session.max_verify()),
-        };
+        let backend = session.profile_tag();
         let curve_file = curve_cache::backend_cache_file(
             &npu_runtime::schedule::profile::cache_dir(),
             &path,

@@ -88,6 +88,15 @@ pub trait Engine: Target + Send {
         prompt: &[u32],
         max_tokens: usize,
     ) -> Result<(Vec<u32>, GenerationStats)>;
+
+    /// What the verify-cost curve and cached KV rows depend on beyond the model: `cpu`,
+    /// or the backend and its verify graph rows (`qnn-htp v16`), so they are cached apart.
+    fn profile_tag(&self) -> String {
+        match self.backend_name() {
+            "cpu" => "cpu".to_owned(),
+            other => format!("{other} v{}", self.max_verify()),
+        }
+    }
 }
 
 impl<B: Backend + Send> Engine for Session<B>
