@@ -58,8 +58,10 @@ pub struct GraphStats {
     pub executions: u64,
 }
 
-pub trait Backend {
-    type Graph;
+/// A backend is shared by the compute thread and the graph loader of a progressive
+/// prefill (`session::switching`), hence `Sync` and graphs that can move between them.
+pub trait Backend: Sync {
+    type Graph: Send;
     fn name(&self) -> &'static str;
     /// Build a graph for `block` at `shape` (not yet resident).
     fn compile(&self, block: &BlockSpec, shape: GraphShape) -> Result<Self::Graph>;
@@ -72,6 +74,8 @@ pub trait Backend {
     fn stats(&self, graph: &Self::Graph) -> GraphStats;
     fn block<'g>(&self, graph: &'g Self::Graph) -> &'g BlockSpec;
     fn shape(&self, graph: &Self::Graph) -> GraphShape;
+    /// Bytes the graph keeps resident while loaded (what a residency budget counts).
+    fn resident_bytes(&self, graph: &Self::Graph) -> u64;
 
     /// [`Backend::execute`] for callers that need only each LM-head row's argmax
     /// (verification, greedy steps). Returns true when a last block wrote the argmax of
@@ -260,6 +264,16 @@ impl Backend for CpuBackend {
 
     fn block<'g>(&self, g: &'g CpuGraph) -> &'g BlockSpec {
         &g.block
+    }
+
+    /// Activation buffers of the graph (the weights are shared by every graph).
+    fn resident_bytes(&self, graph: &CpuGraph) -> u64 {
+        let c = self.model.config();
+        let t = self.shape(graph).tokens as u64;
+        let q = (c.n_head * c.head_dim) as u64;
+        let kv = (c.n_head_kv * c.head_dim) as u64;
+        let per_token = 2 * c.n_embd as u64 + 3 * q + 2 * kv + 2 * c.n_ff as u64;
+        4 * t * per_token
     }
 
     fn shape(&self, g: &CpuGraph) -> GraphShape {

@@ -296,6 +296,18 @@ impl Backend for QnnBackend {
         g.shape
     }
 
+    /// The context binary (fp16 weights and the finalized graph) plus the host staging
+    /// buffers of its inputs and outputs.
+    fn resident_bytes(&self, g: &QnnGraph) -> u64 {
+        let io: usize = g
+            .inputs()
+            .iter()
+            .chain(g.outputs())
+            .map(|t| t.bytes())
+            .sum();
+        (g.times().binary_bytes + io) as u64
+    }
+
     fn execute(&self, g: &mut QnnGraph, io: BlockIo<'_>) -> Result<()> {
         let t0 = Instant::now();
         let c = self.model.config();

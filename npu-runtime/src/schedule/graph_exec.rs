@@ -34,14 +34,9 @@ struct ComputeState {
     decode_logits: Vec<f32>,
 }
 
-/// What the executor needs beyond [`Backend`]: the resident memory of a compiled form.
-pub trait FormBackend: Backend + Sync
-where
-    Self::Graph: Send,
-{
-    /// Bytes a loaded `graph` keeps resident.
-    fn form_bytes(&self, graph: &Self::Graph) -> u64;
-}
+/// Any backend drives the executor (kept as a name for callers written against it).
+pub trait FormBackend: Backend {}
+impl<B: Backend> FormBackend for B {}
 
 pub struct GraphExecutor<B: FormBackend>
 where
@@ -319,6 +314,6 @@ where
 
     fn form_bytes(&self, block: usize, form: Form) -> u64 {
         let g = lock(&self.graphs[block]);
-        self.backend.form_bytes(&g[Self::form_index(form)])
+        self.backend.resident_bytes(&g[Self::form_index(form)])
     }
 }

@@ -9,9 +9,9 @@
 //! Graphs of fewer than [`QNN_MIN_PRECISE_ROWS`] rows compile to less precise HTP code, so
 //! both forms must have at least that many rows.
 
-use super::graph_exec::{FormBackend, GraphExecutor};
+use super::graph_exec::GraphExecutor;
 use super::{Result, ScheduleError};
-use crate::qnn::{BinaryCache, QnnBackend, QnnGraph};
+use crate::qnn::{BinaryCache, QnnBackend};
 use crate::session::Model;
 use std::sync::Arc;
 
@@ -19,20 +19,6 @@ pub type QnnExecutor = GraphExecutor<QnnBackend>;
 
 /// Fewer rows than this compile to a less precise HTP graph (docs/qnn.md).
 pub const QNN_MIN_PRECISE_ROWS: usize = 16;
-
-impl FormBackend for QnnBackend {
-    /// The context binary (fp16 weights and the finalized graph) plus the host staging
-    /// buffers of its inputs and outputs.
-    fn form_bytes(&self, graph: &QnnGraph) -> u64 {
-        let io: usize = graph
-            .inputs()
-            .iter()
-            .chain(graph.outputs())
-            .map(|t| t.bytes())
-            .sum();
-        (graph.times().binary_bytes + io) as u64
-    }
-}
 
 impl GraphExecutor<QnnBackend> {
     /// Compiles (or reads from `cache`) both forms of `n_blocks` blocks for the HTP; G1

@@ -22,6 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+mod switching;
+use switching::{Forms, SwitchState};
+pub use switching::{SwitchReport, Switching};
+
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     /// Compute threads (caller included); 0 = all available cores.
@@ -287,6 +291,9 @@ pub struct Session<B: Backend = CpuBackend> {
     topk: Vec<Vec<(u32, f32)>>,
     last_parents: Vec<i32>,
     last_batch: usize,
+    /// Which graph forms are resident ([`Session::enable_switching`]).
+    forms: Forms,
+    switching: Option<SwitchState>,
 }
 
 impl Session<CpuBackend> {
@@ -367,6 +374,8 @@ impl<B: Backend> Session<B> {
             topk: Vec::new(),
             last_parents: Vec::with_capacity(opts.max_verify),
             last_batch: 0,
+            forms: Forms::All,
+            switching: None,
             shapes,
             backend,
             opts,
@@ -560,6 +569,15 @@ impl<B: Backend> Session<B> {
 
     /// [`Session::prefill`]; returns the logits row of the last prompt position.
     fn prefill_rows(&mut self, tokens: &[u32], topk: usize) -> Result<usize> {
+        if self.switching.is_some() {
+            return self.prefill_switching(tokens, topk);
+        }
+        self.prefill_plain(tokens, topk)
+    }
+
+    /// A prefill on the resident graphs: full chunks on the prefill graph, the remainder
+    /// on the smallest graph that holds it.
+    fn prefill_plain(&mut self, tokens: &[u32], topk: usize) -> Result<usize> {
         let topk = self.begin_prefill(tokens, topk)?;
         let v = self.model.vocab_size();
         let runs = self.prefill_runs(tokens.len());
@@ -642,6 +660,7 @@ impl<B: Backend> Session<B> {
         })?;
         self.check_tokens(tokens)?;
         self.check_room(n)?;
+        self.ensure_decode_forms()?;
         self.last_batch = 0;
         self.mask.set_tree(parents)?;
         self.tokens[..n].copy_from_slice(tokens);
@@ -763,8 +782,9 @@ impl<B: Backend> Session<B> {
     ) -> Result<PrefillOutput<'_>> {
         /// LM-head rows per block: 16 x vocab f32 stays within a large L2/L3.
         const BLOCK: usize = 16;
-        if !self.backend.leaves_final_hidden() {
-            // The backend's graphs end in the LM head: every row's logits come from there.
+        if !self.backend.leaves_final_hidden() || self.switching.is_some() {
+            // The backend's graphs end in the LM head (or the switching prefill runs block
+            // by block): every row's logits come from the last block.
             let last = self.prefill_rows(tokens, topk)?;
             let rows = self.topk.len();
             for r in &mut self.topk[..from.min(rows)] {
