@@ -24,6 +24,12 @@ pub struct BackendArgs {
     /// all of them, so it bounds prompt + answer and sets the attention cost).
     #[arg(long, default_value_t = 1024)]
     pub qnn_kv: usize,
+    /// Residency budget of the block graphs in MB. When the prefill and the decode graphs
+    /// of every block do not fit together, the prefill switches blocks from one to the
+    /// other progressively, hidden behind compute (`--json` reports `switching`).
+    /// Default: 4096 on `qnn` (the 1.5B switches, SmolLM2 does not); none on `cpu`.
+    #[arg(long, value_name = "MB")]
+    pub npu_memory_mb: Option<u64>,
 }
 
 impl BackendArgs {
@@ -37,6 +43,14 @@ impl BackendArgs {
             }),
             other => BackendChoice::parse(other)?,
         })
+    }
+
+    /// The residency budget in MB, if the prefill should switch graphs under one.
+    pub fn budget_mb(&self) -> Result<Option<u64>> {
+        Ok(rag::engine::memory_budget_mb(
+            &self.choice()?,
+            self.npu_memory_mb,
+        ))
     }
 
     /// The KV capacity the backend fixes (QNN's graph shape), if any.

@@ -67,6 +67,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.kv_precision = crate::kv_precision(&a.kv_cache)?;
     opts.plain_lm_head = a.plain_lm_head;
     opts.backend = a.backend.choice()?;
+    opts.npu_memory_mb = a.backend.npu_memory_mb;
     if let Some(kv) = a.backend.kv_capacity() {
         opts.kv_capacity = kv;
     }

@@ -258,7 +258,7 @@ pub fn run(args: Args) -> Result<()> {
             },
         )?),
         // A static shape: rounded up so that runs on similar prompts share compiled graphs.
-        qnn => rag::engine::open(&model, qnn, kv.div_ceil(128) * 128, precision)?,
+        qnn => rag::engine::open(&model, qnn, kv.div_ceil(128) * 128, precision, None)?,
     };
     let backend_tag = session.profile_tag();
     let max_verify = session.max_verify();

@@ -62,6 +62,8 @@ struct Stats {
     decode_tok_s: f64,
     /// Speculative decoding: mean tokens per verify step.
     tokens_per_step: Option<f64>,
+    /// Progressive graph switching during the prefill.
+    switching: Option<npu_runtime::session::SwitchReport>,
 }
 
 /// Greedy (`--spec none`: one decode step per token) or speculative generation on a
@@ -86,6 +88,7 @@ where
             decode_ms: s.decode_ms,
             decode_tok_s: s.decode_tok_s,
             tokens_per_step: None,
+            switching: session.switch_report().cloned(),
         });
     }
     let model = session.model().clone();
@@ -128,6 +131,7 @@ where
         decode_ms: m.decode_ms,
         decode_tok_s: m.decode_tok_s(),
         tokens_per_step: Some(m.mean_accepted()),
+        switching: session.switch_report().cloned(),
     })
 }
 
@@ -154,12 +158,15 @@ fn qnn_session(
         Some(BinaryCache::new(BinaryCache::default_dir())),
     )?;
     let t0 = std::time::Instant::now();
-    let s = Session::with_backend(backend, model.clone(), opts)?;
+    let mut s = Session::with_backend(backend, model.clone(), opts)?;
     eprintln!(
         "[qnn: {} graphs compiled or loaded from the context cache in {:.1} s]",
         s.graphs().count(),
         t0.elapsed().as_secs_f64()
     );
+    if let Some(mb) = args.backend.budget_mb()? {
+        rag::engine::enable_switching(&mut s, mb)?;
+    }
     Ok(s)
 }
 
@@ -221,16 +228,24 @@ pub fn run(args: Args) -> Result<()> {
         let mut session = qnn_session(&args, &model, prompt.len() + args.max_tokens + verify)?;
         decode(&mut session, &args, &prompt, on_token)?
     } else {
-        let max_verify = SessionOptions::default().max_verify;
-        let kv_capacity = (prompt.len() + args.max_tokens + max_verify + 1).min(ctx);
+        let d = SessionOptions::default();
+        let budget = args.backend.budget_mb()?;
+        let mut kv_capacity = prompt.len() + args.max_tokens + d.max_verify + 1;
+        if budget.is_some() {
+            // Room for the warm-up's prefill chunk.
+            kv_capacity = kv_capacity.max(d.prefill_chunk + d.max_verify + 1);
+        }
         let mut session = Session::new(
             model.clone(),
             SessionOptions {
-                kv_capacity,
+                kv_capacity: kv_capacity.min(ctx),
                 kv_precision: crate::kv_precision(&args.kv_cache)?,
-                ..SessionOptions::default()
+                ..d
             },
         )?;
+        if let Some(mb) = budget {
+            rag::engine::enable_switching(&mut session, mb)?;
+        }
         decode(&mut session, &args, &prompt, on_token)?
     };
     if args.json {
@@ -245,6 +260,7 @@ pub fn run(args: Args) -> Result<()> {
             "backend": args.backend.backend,
             "spec": args.spec,
             "tokens_per_step": stats.tokens_per_step,
+            "switching": stats.switching,
         });
         writeln!(stdout, "{obj}")?;
     } else {

@@ -58,6 +58,7 @@ use crate::prompt_head::{self, PromptHead};
 use anyhow::{anyhow, Context, Result};
 use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
+use npu_runtime::session::SwitchReport;
 use npu_runtime::session::{KvPrecision, LoadOptions, Model};
 use npu_runtime::weights_cache::WeightsCache;
 use serde::Serialize;
@@ -121,6 +122,11 @@ pub struct AssistantOptions {
     /// Where the block graphs run: the CPU, or the QNN HTP (an NPU; its x86-64
     /// emulator here). Speculative decoding verifies on the same backend.
     pub backend: BackendChoice,
+    /// Residency budget of the block graphs in MB: when both the prefill and the decode
+    /// graphs of every block do not fit, the prefill switches blocks from one to the other
+    /// progressively (`engine::enable_switching`). `None`: the backend's default (QNN:
+    /// `engine::QNN_DEFAULT_MEMORY_MB`; CPU: no budget, every graph resident).
+    pub npu_memory_mb: Option<u64>,
 }
 
 impl AssistantOptions {
@@ -140,6 +146,7 @@ impl AssistantOptions {
             prompt_head_cache: true,
             plain_lm_head: false,
             backend: BackendChoice::Cpu,
+            npu_memory_mb: None,
         }
     }
 }
@@ -217,6 +224,10 @@ pub struct Timings {
     pub decode_tok_s: f64,
     /// From the start of `ask` to the first streamed piece of text.
     pub first_token_ms: f64,
+    /// Progressive prefill-to-decode switching during this answer's prefill (schedule,
+    /// `switch_ms`, `stall_ms`, ...); absent when every graph stays resident.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switching: Option<SwitchReport>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -323,7 +334,13 @@ fn load_model_file(opts: &AssistantOptions) -> Result<LoadedModel> {
     if let Some(w) = model.chat_template().warning() {
         tracing::warn!("{w}");
     }
-    let session = engine::open(&model, &opts.backend, opts.kv_capacity, opts.kv_precision)?;
+    let session = engine::open(
+        &model,
+        &opts.backend,
+        opts.kv_capacity,
+        opts.kv_precision,
+        opts.npu_memory_mb,
+    )?;
     Ok((path, model, session))
 }
 
@@ -908,6 +925,7 @@ impl Assistant {
                     0.0
                 },
                 first_token_ms,
+                switching: st.session.switch_report(),
             },
             tokens_generated: tokens.len(),
             prompt_tokens: prompt.len(),

@@ -6,7 +6,11 @@
 use anyhow::{Context, Result};
 use npu_runtime::backend::Backend;
 use npu_runtime::qnn::{BinaryCache, QnnBackend};
-use npu_runtime::session::{self, GenerationStats, KvPrecision, Model, Session, SessionOptions};
+use npu_runtime::schedule::profile::{cache_dir, cache_path, machine_id};
+use npu_runtime::schedule::{Profile, ScheduleKind};
+use npu_runtime::session::{
+    self, GenerationStats, KvPrecision, Model, Session, SessionOptions, SwitchReport, Switching,
+};
 use specdec::Target;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,6 +61,14 @@ pub struct QnnShapes {
 pub const QNN_VERIFY_ROWS: usize = 16;
 /// Prefill graph rows on QNN.
 pub const QNN_PREFILL_ROWS: usize = 64;
+/// Residency budget of the QNN graphs when none is given: a phone NPU's share of memory
+/// for one model. Both forms of every block of the 1.5B default model (fp16 weights in
+/// each, ~6 GB) do not fit, one form of each (~3 GB) does, so that model switches
+/// progressively; SmolLM2-135M (~0.6 GB for both forms) keeps every graph resident.
+pub const QNN_DEFAULT_MEMORY_MB: u64 = 4096;
+/// The planner that decides when each block switches (polynomial, within a few percent of
+/// the exact optimum in `rag bench prefill`).
+pub const SWITCH_SCHEDULE: ScheduleKind = ScheduleKind::ProgressiveLs;
 
 impl Default for QnnShapes {
     fn default() -> Self {
@@ -88,6 +100,9 @@ pub trait Engine: Target + Send {
         prompt: &[u32],
         max_tokens: usize,
     ) -> Result<(Vec<u32>, GenerationStats)>;
+
+    /// What progressive switching did during the last prefill (`None`: not switching).
+    fn switch_report(&self) -> Option<SwitchReport>;
 
     /// What the verify-cost curve and cached KV rows depend on beyond the model: `cpu`,
     /// or the backend and its verify graph rows (`qnn-htp v16`), so they are cached apart.
@@ -124,6 +139,9 @@ where
     fn max_verify(&self) -> usize {
         self.options().max_verify
     }
+    fn switch_report(&self) -> Option<SwitchReport> {
+        Session::switch_report(self).cloned()
+    }
     fn generate_greedy(
         &mut self,
         prompt: &[u32],
@@ -138,23 +156,109 @@ where
     }
 }
 
+/// The residency budget in MB for `backend` (`None`: every graph stays resident): the
+/// given one, else [`QNN_DEFAULT_MEMORY_MB`] on QNN; the CPU switches only when asked.
+pub fn memory_budget_mb(backend: &BackendChoice, npu_memory_mb: Option<u64>) -> Option<u64> {
+    match backend {
+        BackendChoice::Cpu => npu_memory_mb,
+        BackendChoice::Qnn(_) => Some(npu_memory_mb.unwrap_or(QNN_DEFAULT_MEMORY_MB)),
+    }
+}
+
+/// Turns on progressive prefill-to-decode switching under `budget_mb`, with the session's
+/// warm-up profile (measured once per model, layout, backend and machine, then read from
+/// the profile cache, `npu_runtime::schedule::profile::cache_dir`).
+/// Nothing switches when both forms of every block fit the budget (returns false).
+pub fn enable_switching<B: Backend>(session: &mut Session<B>, budget_mb: u64) -> Result<bool> {
+    let budget_bytes = budget_mb.saturating_mul(1 << 20);
+    let both: u64 = session.form_bytes().iter().map(|(a, b)| a + b).sum();
+    if budget_bytes >= both || !session.has_two_forms() {
+        return Ok(false);
+    }
+    let model = Arc::clone(session.model());
+    let o = session.options().clone();
+    let name = model
+        .path()
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let backend = session.backend().name();
+    // Static QNN graphs attend over every KV slot, so their costs depend on the capacity;
+    // the CPU's do not.
+    let (label, machine, reps) = if backend == "cpu" {
+        let label = format!("{name}-b{}-v{}-{}", o.blocks, o.min_verify, o.max_verify);
+        let machine = format!("{} ({} threads)", machine_id(), model.threads());
+        (label, machine, 3)
+    } else {
+        let label = format!(
+            "{name}-b{}-v{}-{}-kv{}",
+            o.blocks, o.min_verify, o.max_verify, o.kv_capacity
+        );
+        (label, format!("{} (emulated HTP)", machine_id()), 1)
+    };
+    let one: u64 = session.form_bytes().iter().map(|(a, b)| *a.max(b)).sum();
+    anyhow::ensure!(
+        budget_bytes >= one,
+        "a residency budget of {budget_mb} MB cannot hold one form of every block ({} MB \
+         needed; both forms take {} MB)",
+        one.div_ceil(1 << 20),
+        both.div_ceil(1 << 20)
+    );
+    let path = cache_path(&cache_dir(), &label, backend, &machine, o.prefill_chunk);
+    let profile = match Profile::load(&path) {
+        Ok(p) => p,
+        Err(_) => {
+            let t0 = std::time::Instant::now();
+            let p = session
+                .profile_forms(&label, &machine, reps)
+                .context("profiling the prefill and decode graphs")?;
+            // A failed write only costs another warm-up next time.
+            if let Err(e) = p.save(&path) {
+                tracing::warn!("{e}");
+            }
+            tracing::info!(
+                "warm-up profile of the graph forms in {:.1} s, cached at {}",
+                t0.elapsed().as_secs_f64(),
+                path.display()
+            );
+            p
+        }
+    };
+    session.enable_switching(Some(Switching {
+        kind: SWITCH_SCHEDULE,
+        budget_bytes,
+        profile,
+    }))?;
+    Ok(true)
+}
+
 /// Opens an engine for `model` with `kv_capacity` KV slots on `backend`. On QNN this
-/// compiles (or reads from the context cache) and loads every block graph.
+/// compiles (or reads from the context cache) every block graph. With a residency budget
+/// ([`memory_budget_mb`]) the prefill switches blocks from prefill to decode graphs
+/// progressively ([`enable_switching`]).
 pub fn open(
     model: &Arc<Model>,
     backend: &BackendChoice,
     kv_capacity: usize,
     kv_precision: KvPrecision,
+    npu_memory_mb: Option<u64>,
 ) -> Result<Box<dyn Engine>> {
+    let budget = memory_budget_mb(backend, npu_memory_mb);
     match backend {
-        BackendChoice::Cpu => Ok(Box::new(Session::new(
-            Arc::clone(model),
-            SessionOptions {
-                kv_capacity,
-                kv_precision,
-                ..SessionOptions::default()
-            },
-        )?)),
+        BackendChoice::Cpu => {
+            let mut s = Session::new(
+                Arc::clone(model),
+                SessionOptions {
+                    kv_capacity,
+                    kv_precision,
+                    ..SessionOptions::default()
+                },
+            )?;
+            if let Some(mb) = budget {
+                enable_switching(&mut s, mb)?;
+            }
+            Ok(Box::new(s))
+        }
         BackendChoice::Qnn(shapes) => {
             let opts = qnn_session_options(shapes, kv_capacity, kv_precision)?;
             // Before the backend sizes its tables by the capacity.
@@ -164,8 +268,11 @@ pub fn open(
                 kv_capacity,
                 shapes.cache_dir.clone().map(BinaryCache::new),
             )?;
-            let s = Session::with_backend(b, Arc::clone(model), opts)
+            let mut s = Session::with_backend(b, Arc::clone(model), opts)
                 .context("building the QNN graphs")?;
+            if let Some(mb) = budget {
+                enable_switching(&mut s, mb)?;
+            }
             Ok(Box::new(s))
         }
     }

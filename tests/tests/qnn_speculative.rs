@@ -105,3 +105,95 @@ fn qnn_sdnpu_equals_qnn_greedy_token_for_token() {
         "no prompt accepted a draft: the check above compared plain steps only"
     );
 }
+
+/// Progressive switching on the NPU graphs: under a budget that holds one form per block,
+/// the prompt's prefill starts on the 64-row graphs while a loader thread swaps each
+/// block to its 16-row graphs, and later chunks of a block that switched run there as
+/// 16-row runs. Speculative decoding after it gives the tokens greedy decoding gives with
+/// every graph resident. The plan is the paper's greedy (it switches as early as it can),
+/// from a made-up profile: which plan runs must not change a bit, so the test need not
+/// spend the emulator's minutes on a warm-up.
+#[test]
+fn progressive_switching_on_qnn_keeps_the_greedy_tokens() {
+    use npu_runtime::schedule::{BlockProfile, Profile, ScheduleKind};
+    use npu_runtime::session::Switching;
+    let Some(model) = ready() else { return };
+    let mut session = qnn_session(&model);
+    let mut prompt = vec![model.tokenizer().bos_id().unwrap_or(0)];
+    prompt.extend(
+        model
+            .tokenizer()
+            .encode(&PROMPTS[0].repeat(3), false)
+            .unwrap(),
+    );
+    assert!(prompt.len() > 64, "two prefill chunks or more");
+    let tokens = 8;
+    let mut greedy = Vec::new();
+    generate_greedy(&mut session, &prompt, tokens, |t| {
+        greedy.push(t);
+        true
+    })
+    .unwrap();
+
+    let bytes = session.form_bytes();
+    let block = |layers: String, (g1, g2): (u64, u64)| BlockProfile {
+        layers,
+        g1_chunk_ms: 100.0,
+        g2_chunk_ms: 100.0,
+        load_g2_ms: 10.0,
+        unload_g1_ms: 1.0,
+        mem_g1_bytes: g1,
+        mem_g2_bytes: g2,
+    };
+    let profile = Profile {
+        format: npu_runtime::schedule::profile::PROFILE_FORMAT.into(),
+        model: "smollm2-135m".into(),
+        backend: "qnn-htp".into(),
+        machine: "test".into(),
+        source: "made up for the test".into(),
+        chunk_tokens: 64,
+        g2_tokens: 16,
+        decode_step_ms: 30.0,
+        switch_needed: true,
+        blocks: session
+            .block_labels()
+            .into_iter()
+            .zip(bytes.iter().copied())
+            .map(|(l, b)| block(l, b))
+            .collect(),
+    };
+    session
+        .enable_switching(Some(Switching {
+            kind: ScheduleKind::Progressive,
+            budget_bytes: bytes.iter().map(|(a, b)| *a.max(b)).sum(),
+            profile,
+        }))
+        .unwrap();
+    session.truncate(0).unwrap();
+    let curve = CostCurve::new(vec![1, 2, 4, 8, 16], vec![1.0; 5]).unwrap();
+    let cfg = GenConfig {
+        cost_curve: Some(curve),
+        max_budget: 16,
+        ..GenConfig::default()
+    };
+    let mut generator = Generator::new(Mode::Sdnpu, None, cfg);
+    let (spec, m) = generator
+        .generate(&mut session, &prompt, tokens, &mut |_| {})
+        .unwrap();
+    let report = session.switch_report().unwrap().clone();
+    eprintln!(
+        "{} prompt tokens: greedy {greedy:?}\n  switching + sdnpu {spec:?} ({:.2} tokens per step)\n  {report:?}",
+        prompt.len(),
+        m.mean_accepted()
+    );
+    assert_eq!(
+        spec, greedy,
+        "switching + sdnpu differs from resident greedy"
+    );
+    assert_eq!(report.schedule, "progressive");
+    assert_eq!(report.switches, 2, "both blocks switch");
+    assert!(
+        report.decode_graph_steps > 0,
+        "no chunk ran on the 16-row graphs: the switched path went untested"
+    );
+}

@@ -48,7 +48,7 @@ pub(super) enum Forms {
 }
 
 /// What the last prefill's switching did (`Session::switch_report`).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct SwitchReport {
     /// The plan that ran: a [`ScheduleKind`] name, `all-resident` when both forms fit the
     /// budget, `decode-graphs` when a short follow-up prompt ran on the resident G2 forms.
