@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that every relative link in the repository's Markdown files, and every
-# `path/to/file.md#anchor` cited in a Rust comment, points at a file that exists and, when
-# it names an anchor, at a heading (GitHub's slug) or an `<a id="...">` in that file.
+# `dir/file.md` or `file.md#anchor` cited in a Rust comment (outside quotes and backticks,
+# relative to the repository root), points at a file that exists and, when it names an
+# anchor, at a heading (GitHub's slug) or an `<a id="...">` in that file.
 # Usage: scripts/check-doc-links.sh   (from anywhere inside the repository; exit 1 on a bad link)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -59,7 +60,9 @@ for src in sys.stdin.read().split():
                 if not re.match(r"[a-z]+:", t):
                     check(src, i, t, os.path.dirname(src))
         elif "//" in line:
-            for t in re.findall(r"([\w./-]+\.md#[\w-]+)", line.split("//", 1)[1]):
-                check(src, i, t, ".")
+            comment = re.sub(r"`[^`]*`|\"[^\"]*\"", "", line.split("//", 1)[1])
+            for t in re.findall(r"([\w./-]+\.md(?:#[\w-]+)?)", comment):
+                if "/" in t or "#" in t:
+                    check(src, i, t.rstrip("."), ".")
 sys.exit(1 if bad else 0)
 '
