@@ -14,7 +14,7 @@ pub struct ChunkOptions {
 /// Default chunk size. With the embedder's WordPiece counter, 220 tokens is the size chunks had
 /// when they were bounded by 200 *estimated* tokens (real counts are 1.09x the estimate on the
 /// retrieval corpus); cutting to 200 real tokens lost retrieval quality (hybrid MRR 0.858 ->
-/// 0.807, 220: 0.850; BENCHMARKS.md retrieval sections).
+/// 0.807, 220: 0.850; benchmarks/runs/2026-11-23-retrieval-quality-chunk-sizes-and-heldout.md).
 pub const DEFAULT_CHUNK_TOKENS: usize = 220;
 
 impl Default for ChunkOptions {

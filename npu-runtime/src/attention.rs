@@ -124,8 +124,8 @@ const TOK_BLOCK: usize = 8;
 /// V rows per step of the weighted sum: 64 rows of a 64-wide head are 16 KB, so a
 /// chunk stays in L1 while every query of an item accumulates it.
 const V_CHUNK: usize = 64;
-/// Rows ahead that the first queries of a chunk prefetch V (KERNELS.md 63): the
-/// hardware prefetchers here barely follow a stream from memory.
+/// Rows ahead that the first queries of a chunk prefetch V: the hardware prefetchers
+/// here barely follow a stream from memory (benchmarks/runs/kernels-worklog.md#item-63).
 const V_PREFETCH_ROWS: usize = 16;
 
 /// Preplanned per-task scratch: for up to `TOK_BLOCK` tokens × one GQA group of query
@@ -222,8 +222,9 @@ fn attend<T: KvElem>(
     let units = n_blocks * n_head_kv;
     // Slicing a unit makes every slice stream the KV head's K and V again (from L2 at
     // best: a 1.5B head's K and V at depth 1000 are 1 MB), so units are sliced only when
-    // they cannot be shared evenly (KERNELS.md 77), and then only where a thread's share
-    // ends inside a unit (`Items`): 3 KV heads on 2 threads run as 1.5 heads per thread.
+    // they cannot be shared evenly, and then only where a thread's share ends inside a
+    // unit (`Items`): 3 KV heads on 2 threads run as 1.5 heads per thread
+    // (benchmarks/runs/kernels-worklog.md#item-77).
     let parts = if scratch.threads > 1 && !units.is_multiple_of(scratch.threads) {
         (2 * scratch.threads).div_ceil(units).clamp(1, group)
     } else {

@@ -1,4 +1,4 @@
-//! An on-disk cache of repacked weights (KERNELS.md 45).
+//! An on-disk cache of repacked weights (benchmarks/runs/kernels-worklog.md#item-45).
 //!
 //! Loading a model repacks every matrix into the kernels' layout (`kernels::layout`),
 //! which costs most of a load: reading the GGUF, the repack itself and the kernel zeroing

@@ -109,7 +109,7 @@ pub struct AssistantOptions {
     /// runs the full-vocabulary LM head. On the CPU backend calibrating all of an
     /// ~800-token RAG prompt cost +18% prefill for no measured acceptance (1.5B, Spec-Bench
     /// rag, 5 prompts: all 2448 ms / 1.38 tokens per step, last 64 2070 ms / 1.37, none
-    /// 2001 ms; BENCHMARKS.md "Calibration window for `rag ask`").
+    /// 2001 ms; benchmarks/runs/2026-11-24-rag-ask-ttft.md).
     pub calib_window: usize,
     /// Keep the KV rows of the prompt's constant head (chat template, system message) in
     /// the index directory, so the next process does not prefill them again

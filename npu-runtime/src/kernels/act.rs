@@ -101,7 +101,7 @@ pub(crate) struct QuantActs {
     /// unsigned code offsets `z` of Q4_0, Q5_0 and Q8_0 (8, 16, 128), the start of each
     /// block's integer sum in the AVX-512 kernels: a broadcast load there instead of a
     /// multiply, a move to a vector register and a broadcast per token and block
-    /// (KERNELS.md 97).
+    /// (benchmarks/runs/kernels-worklog.md#item-97).
     pub zsum: [Vec<i32>; 3],
 }
 

@@ -11,7 +11,7 @@
 //! AVX-512 kernel keeps 8 queries x 2 tiles in 16 registers and reads 2 tile rows and 8
 //! query elements per 16 FMAs; `dot_f32`'s order (16 partials per score, folded), which
 //! scores followed before, left room for 4 queries x 4 partials of one tile and read 5
-//! operands per 4 FMAs (KERNELS.md 96).
+//! operands per 4 FMAs (benchmarks/runs/kernels-worklog.md#item-96).
 
 use super::simd::Isa;
 use crate::kv_cache::KvElem;
@@ -43,7 +43,7 @@ type PassArgs<T> = (*const f32, usize, *const T, *mut f32, usize, usize);
 ///
 /// `v` (the same keys' V rows, `hd` apart, or empty) is only prefetched into L2 while
 /// the scores are computed, so the weighted sum that follows finds it there instead of
-/// streaming it from memory after the scores (KERNELS.md 79).
+/// streaming it from memory after the scores (benchmarks/runs/kernels-worklog.md#item-79).
 #[allow(clippy::too_many_arguments)]
 pub fn scores_tiled_with_isa<T: KvElem>(
     isa: Isa,
@@ -123,7 +123,7 @@ const AVX2_PASS: (usize, usize) = (6, 1);
 
 /// Passes per group of tiles from which the next group is prefetched, a share of its rows
 /// before each pass (and this group's V rows into L2). A single pass (one token's heads)
-/// leaves it to the hardware, as before (KERNELS.md 96).
+/// leaves it to the hardware, as before (benchmarks/runs/kernels-worklog.md#item-96).
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_MIN_PASSES: usize = 2;
 

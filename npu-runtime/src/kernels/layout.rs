@@ -293,7 +293,8 @@ fn nibbles_of(q: &[u8], upper: bool) -> [u8; 16] {
 
 /// Packs row `i` of a group straight from the ggml bytes for the formats models use
 /// (the same bytes as [`pack_row_decoded`], without the per-code decode and scatter
-/// that made loading slow: KERNELS.md 44); `false` for the other formats.
+/// that made loading slow: benchmarks/runs/kernels-worklog.md#item-44); `false` for the
+/// other formats.
 fn pack_row_direct(
     ty: GgmlType,
     i: usize,

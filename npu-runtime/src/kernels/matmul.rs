@@ -503,7 +503,8 @@ pub fn matmul_multi_epilogue_with_isa(
 /// row groups of both matrices, then `silu::silu_mul` over that range of every token
 /// while it is still in cache: no separate silu region, and the bits of `matmul`
 /// gate, `matmul` up, then `silu_mul`. (Not a silu per group in the output write:
-/// 16 lanes at a time, a vector silu is latency-bound, KERNELS.md Session 7.)
+/// 16 lanes at a time, a vector silu is latency-bound:
+/// benchmarks/runs/kernels-worklog.md#session-7-epilogue.)
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_swiglu(
     w_gate: &QMatrix,

@@ -37,7 +37,7 @@ struct Job<'a> {
 
 /// One thread's task range, alone in its cache lines: every task taken is a CAS on it, and
 /// with the ranges packed side by side each CAS took the line from the other thread
-/// (KERNELS.md 72).
+/// (benchmarks/runs/kernels-worklog.md#item-72).
 #[repr(align(128))]
 struct Range(AtomicU64);
 

@@ -171,8 +171,8 @@ fn block_dots(rows: &[[u8; 32]; GROUP], a: &[i8], lo: &mut [i32; GROUP], hi: &mu
 /// (same integer sums, same float steps in the same order, so the same bits), organised
 /// for speed: each block's codes decoded once for all tokens by 64-bit words into a
 /// row-major copy, the dot products in a separately compiled vectorisable function, one
-/// loop per format (KERNELS.md 86: the 0.5B forward 5x the canonical loop at one token, 2x
-/// at 64, x86-64 baseline code).
+/// loop per format (the 0.5B forward 5x the canonical loop at one token, 2x at 64, x86-64
+/// baseline code; benchmarks/runs/kernels-worklog.md#item-86).
 ///
 /// # Safety
 /// As [`run`].

@@ -1,5 +1,5 @@
 //! Screened argmax LM head: the exact greedy argmax of a Q8_0 LM head while reading
-//! ~35% fewer of its bytes per token (KERNELS.md 85).
+//! ~35% fewer of its bytes per token (benchmarks/runs/kernels-worklog.md#item-85).
 //!
 //! A decode step streams every weight once, and a Q8_0 LM head is over a third of a
 //! small model's bytes, yet greedy decoding and speculative verification need only
@@ -26,7 +26,7 @@
 //! all rows with `d_b` replaced by the row's largest scale (`dmax`, one float per row)
 //! typically keeps ~1% of the rows, and the exact `E±` of those (their f32 scales, 112
 //! bytes per row on Qwen2.5-0.5B) leaves a median of ~2 row groups there decoding
-//! confident text (~160 on flatter text; KERNELS.md 85).
+//! confident text (~160 on flatter text; benchmarks/runs/kernels-worklog.md#item-85).
 //! Anything odd (a non-finite output, too many rows left) falls back to the full head.
 
 use super::ggml::GgmlType;
@@ -53,10 +53,11 @@ const K: f32 = 1.0 + 1.0 / 1024.0;
 const MAX_BACKOFF: u32 = 31;
 /// Smallest head (rows x cols) a model gets a screen for: SmolLM2-135M's 28M-weight
 /// head (30 MB, a third of the step's bytes) measured no faster screened, the
-/// 0.5B's 136M one 10-25% faster per greedy step (KERNELS.md 85).
+/// 0.5B's 136M one 10-25% faster per greedy step (benchmarks/runs/kernels-worklog.md#item-85).
 pub const MIN_SCREENED_WEIGHTS: usize = 64 << 20;
 /// Most tokens per screened call (more go through the full head): from 8 rows on the
-/// head is compute-bound and the screen no longer pays (KERNELS.md 85).
+/// head is compute-bound and the screen no longer pays
+/// (benchmarks/runs/kernels-worklog.md#item-85).
 pub const SCREEN_MAX_TOKENS: usize = 4;
 
 /// The coarse copy and block scales of a Q8_0 LM head.

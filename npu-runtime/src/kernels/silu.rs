@@ -1,7 +1,8 @@
 //! SwiGLU's element-wise step `gate = silu(gate) · up` with the canonical
 //! [`exp_neg`](super::vector::exp_neg) instead of libm `expf` (a call per element, ~5%
 //! of a one-thread verify step): vectorized, and bit-identical on every ISA.
-//! (Changes the logits' bits against libm: see KERNELS.md, Session 7: epilogue.)
+//! (Changes the logits' bits against libm: see
+//! benchmarks/runs/kernels-worklog.md#session-7-epilogue.)
 //!
 //! Per element, from `e = e^{-|g|}` (never overflows): `sigmoid(g) = 1 / (1 + e)` for
 //! `g >= 0` and `e / (1 + e)` for `g < 0`, then `g · sigmoid(g) · u`. Every step is one IEEE

@@ -25,7 +25,8 @@ const Q6K: u8 = 6;
 
 /// Distance of the software prefetch, in bytes of the weight stream. With the
 /// per-plane prefetch 8 KB beat 4 KB at N=1 (1.5B -20%, 0.5B -10..-20% one
-/// thread; 12 KB no better; N=8/16 unchanged; KERNELS.md, session 7).
+/// thread; 12 KB no better; N=8/16 unchanged;
+/// benchmarks/runs/kernels-worklog.md#item-27).
 const PREFETCH_AHEAD: usize = 8192;
 
 /// Software prefetch shared by the AVX2 and AVX-512 kernels. A group's three
@@ -35,9 +36,10 @@ const PREFETCH_AHEAD: usize = 8192;
 /// it continues in the next group (groups are contiguous). One linear
 /// pointer over the group, as before, left the scale and high-bit planes
 /// without prefetch: their loads were the hot spots of the N=1 K-quant kernel
-/// (KERNELS.md, session 7). Hardware prefetch alone falls behind when a batch
+/// (benchmarks/runs/kernels-worklog.md#item-26). Hardware prefetch alone falls behind when a batch
 /// makes each block's compute long. Into L2 (T1), not L1: on the DRAM-resident
-/// lm_head T1 was ~25% faster than T0 (session 3; again slower in session 7). Prefetches never fault, so
+/// lm_head T1 was ~25% faster than T0 (benchmarks/runs/kernels-worklog.md#item-11;
+/// again slower in item 27). Prefetches never fault, so
 /// any address is fine.
 #[derive(Clone, Copy)]
 pub(crate) struct Prefetch {
@@ -54,7 +56,7 @@ pub(crate) struct Prefetch {
 impl Prefetch {
     /// Kernels pass their format as a constant (`fmt_type(F)`, not the matrix's runtime
     /// type): inlined, the plane sizes are then known and each block's line loops unroll
-    /// into straight prefetches (KERNELS.md 68).
+    /// into straight prefetches (benchmarks/runs/kernels-worklog.md#item-68).
     #[inline(always)]
     pub fn new(ty: GgmlType, cols: usize) -> Prefetch {
         let p = Planes::new(ty, cols);
@@ -120,7 +122,7 @@ impl Prefetch {
     /// block runs many tokens: issued halfway through block `b`'s tokens, it has the
     /// next block's codes in L1 when its decode starts, instead of every block opening
     /// with a dozen L1 misses to L2 that the out-of-order window, full of the tokens'
-    /// work, does not reach early (KERNELS.md 101).
+    /// work, does not reach early (benchmarks/runs/kernels-worklog.md#item-101).
     #[inline(always)]
     pub fn next_block_of_pair_l1(&self, group: *const u8, b: usize) {
         self.next_block_of_pair_lines(b, |off| {

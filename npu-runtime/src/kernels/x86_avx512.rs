@@ -170,7 +170,7 @@ unsafe fn load_codes<const F: u8>(codes: *const u8, high: *const u8, b: usize) -
         if F == Q5_0 || F == Q5_1 {
             // Opaque to the compiler: knowing the code's bit 4 clear, it turned the masked
             // add into an `or` plus a masked move (one instruction more per vector;
-            // KERNELS.md 69).
+            // benchmarks/runs/kernels-worklog.md#item-69).
             let sixteen = _mm512_set1_epi8(std::hint::black_box(16));
             for (c, w) in w.iter_mut().enumerate() {
                 let m: __mmask64 = high.add(b * 64 + c * 8).cast::<u64>().read_unaligned();
@@ -290,7 +290,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
 /// Batch size from which the kernels run two row groups per pass ([`quant_pairs`],
 /// [`kquant_pairs`]): from 4 tokens the shared broadcasts pay for loading a second
 /// group's codes per block (streaming the LM head, 2 tokens were 8% slower, 4 the
-/// same; KERNELS.md 51).
+/// same; benchmarks/runs/kernels-worklog.md#item-51).
 const PAIR_MIN_TOKENS: usize = 4;
 
 /// [`quant`] over two adjacent row groups per pass (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
@@ -332,7 +332,7 @@ unsafe fn quant_pairs<const F: u8>(
                     unsafe { (block_scales::<F>(sa, b), block_scales::<F>(sb, b)) };
                 for (dt, acc) in acc.iter_mut().enumerate() {
                     // Halfway through the tokens (a quarter earlier measured slower,
-                    // KERNELS.md 101).
+                    // benchmarks/runs/kernels-worklog.md#item-101).
                     if dt == nt / 2 {
                         pf.next_block_of_pair_l1(ca, b);
                         pf.next_block_of_pair_l1(cb, b);
