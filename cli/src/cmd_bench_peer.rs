@@ -122,7 +122,7 @@ pub fn run(args: Args) -> Result<()> {
          pseudo-random tokens and compute all logits in both engines; the greedy rows \
          continue the bundled sample corpus with the model's own argmax, as `rag ask` does, \
          where ours takes the screened LM head if the model has one (a Q8_0 head of 64M+ \
-         weights, `npu-runtime/KERNELS.md` 85) and llama.cpp's cost is its decode row's (it computes the same logits whatever the \
+         weights, `benchmarks/runs/kernels-worklog.md#item-85`) and llama.cpp's cost is its decode row's (it computes the same logits whatever the \
          tokens); their share of the floor is against the same file bytes.\n\n",
         args.threads,
         args.rounds,

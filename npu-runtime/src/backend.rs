@@ -145,7 +145,7 @@ fn bias(b: &Option<Vec<f32>>) -> Epilogue<'_> {
 }
 
 /// RMS norm of every row of `x` into `out`; rows are split over the pool from 128 rows
-/// on (a row takes ~0.05 us, a pool hand-off ~1 us: KERNELS.md 81).
+/// on (a row takes ~0.05 us, a pool hand-off ~1 us: benchmarks/runs/kernels-worklog.md#item-81).
 fn norm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let e = weight.len();
     if x.len() < 128 * e {

@@ -51,7 +51,7 @@ pub struct QnnRuntime {
     /// stdout. Shared: loading a context binary, retrieving its graph, executing, freeing
     /// (each on its own context; `&mut` access keeps one context to one thread).
     lock: RwLock<()>,
-    /// Makes every call exclusive (the session-3 behaviour): `RAG_QNN_SERIAL_CALLS=1` or
+    /// Makes every call exclusive (every QNN call serialized, as before the shared lock): `RAG_QNN_SERIAL_CALLS=1` or
     /// [`QnnRuntime::set_serial_calls`].
     serial: AtomicBool,
     /// Calls holding the lock now, and the most seen at once since the last
