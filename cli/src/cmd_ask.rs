@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long)]
     pub plain_lm_head: bool,
     #[command(flatten)]
-    pub backend: crate::backend_args::BackendArgs,
+    pub backend: rag_cli::backend_args::BackendArgs,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result<()> {
     opts.dense = dense;
     opts.threads = a.threads;
     opts.spec = spec;
-    opts.kv_precision = crate::kv_precision(&a.kv_cache)?;
+    opts.kv_precision = rag_cli::kv_precision(&a.kv_cache)?;
     opts.plain_lm_head = a.plain_lm_head;
     opts.backend = a.backend.choice()?;
     if let Some(kv) = a.backend.kv_capacity() {
@@ -78,11 +78,14 @@ pub fn run(a: Args) -> Result<()> {
     opts.preload_model = true;
     let assistant = Assistant::open(opts)?;
     if !a.corpus.is_empty() {
-        let bar = crate::cmd_index::progress_bar();
-        let on_progress = |p: rag::IndexProgress| crate::cmd_index::update_bar(&bar, &p);
+        let bar = rag_cli::index_progress::progress_bar();
+        let on_progress = |p: rag::IndexProgress| rag_cli::index_progress::update_bar(&bar, &p);
         let summary = assistant.add_paths(&a.corpus, &IndexOptions::default(), &on_progress)?;
         bar.finish_and_clear();
-        eprintln!("{}", crate::cmd_index::summary_line(&summary, &a.index_dir));
+        eprintln!(
+            "{}",
+            rag_cli::index_progress::summary_line(&summary, &a.index_dir)
+        );
     } else {
         anyhow::ensure!(
             a.index_dir.join("store.sqlite").is_file(),

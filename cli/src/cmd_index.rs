@@ -1,11 +1,10 @@
 //! `rag index DIR...`: build or update the local index (incremental, crash-safe).
 
-use anyhow::{bail, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rag::{Embedder, Index, IndexOptions, IndexProgress, IndexSummary, Phase, SkippedFile};
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use anyhow::Result;
+use rag::{Index, IndexOptions, IndexProgress, SkippedFile};
+use rag_cli::embedder::load_embedder;
+use rag_cli::index_progress::{progress_bar, summary_line, update_bar};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -42,42 +41,6 @@ pub struct Args {
     /// List every skipped file, not only the first ones.
     #[arg(long, short)]
     pub verbose: bool,
-}
-
-/// The embedding model directory: `$RAG_MODEL_DIR/minilm-l6-v2` or the user cache.
-pub fn embedder_dir() -> PathBuf {
-    rag::models::cache_dir().join(rag::models::DEFAULT_EMBEDDER)
-}
-
-/// Load the MiniLM embedder, or None with `no_dense`. A missing model is a clear error.
-pub fn load_embedder(no_dense: bool) -> Result<Option<Arc<dyn Embedder>>> {
-    if no_dense {
-        return Ok(None);
-    }
-    let dir = embedder_dir();
-    if !dir.join("model.safetensors").is_file() || !dir.join("tokenizer.json").is_file() {
-        bail!(
-            "embedding model not found in {}: run `scripts/fetch-model.sh minilm-l6-v2` (or `rag model pull minilm-l6-v2`), or pass --no-dense for BM25-only retrieval",
-            dir.display()
-        );
-    }
-    let e = rag::embed::MiniLmEmbedder::load_with(&dir, embed_format()?)?;
-    Ok(Some(Arc::new(e)))
-}
-
-/// Weight format of the embedder (`RAG_EMBED_FORMAT`, see [`rag::embed::configured_format`]).
-pub fn embed_format() -> Result<npu_runtime::bert::WeightFormat> {
-    rag::embed::configured_format()
-}
-
-/// How benchmark reports name the embedder.
-pub fn embedder_label() -> String {
-    match embed_format() {
-        Ok(npu_runtime::bert::WeightFormat::Q8_0) => {
-            "all-MiniLM-L6-v2 on our runtime (Q8_0 weights, CPU)".into()
-        }
-        _ => "all-MiniLM-L6-v2 on our runtime (f32, CPU)".into(),
-    }
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -154,63 +117,4 @@ pub fn skipped_table(files: &[SkippedFile], limit: usize) -> String {
         ));
     }
     out
-}
-
-pub(crate) fn progress_bar() -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-    if !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {prefix:>7} [{bar:30}] {pos}/{len} {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar
-}
-
-pub(crate) fn update_bar(bar: &ProgressBar, p: &IndexProgress) {
-    let prefix = match p.phase {
-        Phase::Scan => "scan",
-        Phase::Parse => "parse",
-        Phase::Embed => "embed",
-        Phase::Finish => "finish",
-    };
-    bar.set_prefix(prefix);
-    bar.set_length(p.total);
-    bar.set_position(p.done);
-    if let Some(c) = &p.current {
-        bar.set_message(c.clone());
-    } else {
-        bar.set_message("");
-    }
-}
-
-pub fn summary_line(s: &IndexSummary, index_dir: &Path) -> String {
-    let secs = s.elapsed.as_secs_f64();
-    let skipped = if s.skipped.is_empty() {
-        "0 skipped".to_string()
-    } else {
-        let parts: Vec<String> = s.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        format!("{} skipped ({})", s.skipped_total(), parts.join(", "))
-    };
-    let rate = if secs > 0.0 {
-        s.chunks_added as f64 / secs
-    } else {
-        0.0
-    };
-    format!(
-        "indexed {} files: {} new/changed, {} unchanged, {} removed, {skipped}; chunks: {} total (+{} -{}), {} embedded; {:.2} s ({:.1} chunks/s) -> {}",
-        s.files_seen,
-        s.files_indexed,
-        s.files_unchanged,
-        s.files_removed,
-        s.chunks_total,
-        s.chunks_added,
-        s.chunks_removed,
-        s.chunks_embedded,
-        secs,
-        rate,
-        index_dir.display()
-    )
 }

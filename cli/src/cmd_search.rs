@@ -28,7 +28,7 @@ pub fn run(a: Args) -> Result<()> {
         a.index_dir.display()
     );
     let mode = if a.no_dense { SearchMode::Bm25 } else { a.mode };
-    let embedder = crate::cmd_index::load_embedder(mode == SearchMode::Bm25)?;
+    let embedder = rag_cli::embedder::load_embedder(mode == SearchMode::Bm25)?;
     let index = Index::open(&a.index_dir, embedder)?;
     let hits = index.search(&a.query, a.top_k, mode)?;
     if a.json {

@@ -87,7 +87,7 @@ pub fn run(mut a: Args) -> Result<()> {
     opts.dense = dense;
     opts.threads = a.threads;
     opts.spec = spec;
-    opts.kv_precision = crate::kv_precision(&a.kv_cache)?;
+    opts.kv_precision = rag_cli::kv_precision(&a.kv_cache)?;
     opts.preload_model = true;
     if a.no_weights_cache {
         opts.weights_cache = WeightsCache::Off;
@@ -95,7 +95,10 @@ pub fn run(mut a: Args) -> Result<()> {
     let assistant = Assistant::open(opts)?;
     if !a.corpus.is_empty() {
         let summary = assistant.add_paths(&a.corpus, &IndexOptions::default(), &|_| {})?;
-        eprintln!("{}", crate::cmd_index::summary_line(&summary, &a.index_dir));
+        eprintln!(
+            "{}",
+            rag_cli::index_progress::summary_line(&summary, &a.index_dir)
+        );
     } else if !a.index_dir.join("store.sqlite").is_file() {
         eprintln!(
             "note: no index at {} yet: answers will have no sources (`rag index DIR`)",

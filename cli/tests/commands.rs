@@ -44,6 +44,22 @@ fn index_sample(idx: &Path) -> Output {
 }
 
 #[test]
+fn help_shows_only_user_commands() {
+    let help = String::from_utf8(run_ok(&mut rag(&["--help"])).stdout).unwrap();
+    for cmd in [
+        "index", "search", "ask", "chat", "generate", "serve", "model",
+    ] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(cmd)),
+            "{cmd} missing from:\n{help}"
+        );
+    }
+    // The benchmarks are `rag-bench` (cli/bench).
+    assert!(!help.contains("bench"), "{help}");
+    assert!(!rag(&["bench", "model"]).output().unwrap().status.success());
+}
+
+#[test]
 fn index_summary_without_a_terminal_has_no_progress_bar() {
     let idx = tempfile::tempdir().unwrap();
     // stderr is a pipe here, not a terminal: only the summary line may appear.

@@ -966,7 +966,7 @@ impl Index {
 /// Candidates taken from each list before fusion.
 pub const CANDIDATES: usize = 50;
 
-/// The fusion `search` uses for hybrid mode. Chosen by measurement (`rag bench retrieval`,
+/// The fusion `search` uses for hybrid mode. Chosen by measurement (`rag-bench retrieval`,
 /// BENCHMARKS.md): the equal-weight convex combination of min-max normalised scores beat
 /// reciprocal rank fusion (k=60) on recall@1, recall@5 and MRR.
 pub const DEFAULT_FUSION: Fusion = Fusion::Convex { alpha: 0.5 };
