@@ -1,5 +1,6 @@
 //! `rag index DIR...`: build or update the local index (incremental, crash-safe).
 
+use crate::assistant_args::DEFAULT_INDEX_DIR;
 use anyhow::Result;
 use rag::{Index, IndexOptions, IndexProgress, SkippedFile};
 use rag_cli::embedder::load_embedder;
@@ -12,28 +13,29 @@ pub struct Args {
     #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
     /// Where the index lives.
-    #[arg(long, default_value = ".rag-index")]
+    #[arg(long, default_value = DEFAULT_INDEX_DIR)]
     pub index_dir: PathBuf,
     /// BM25 only: do not load the embedding model.
     #[arg(long)]
     pub no_dense: bool,
-    /// Maximum tokens per chunk.
-    #[arg(long, default_value_t = 200)]
+    /// Maximum tokens per chunk. The library's default, so `rag ask --corpus` and
+    /// `rag serve --corpus` find the chunks of this index current.
+    #[arg(long, default_value_t = IndexOptions::default().chunk.chunk_tokens)]
     pub chunk_tokens: usize,
     /// Tokens shared by consecutive chunks.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = IndexOptions::default().chunk.overlap_tokens)]
     pub overlap: usize,
     /// Skip files larger than this many MiB.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = IndexOptions::default().limits.max_file_bytes >> 20)]
     pub max_file_mb: u64,
     /// Also index hidden files and directories.
     #[arg(long)]
     pub hidden: bool,
     /// Seconds one file may take to parse; its worker process is then killed.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = IndexOptions::default().limits.timeout.as_secs_f64())]
     pub parse_timeout: f64,
     /// Commit the store and BM25 after this many new chunks.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = IndexOptions::default().commit_every_chunks)]
     pub commit_every: usize,
     /// Print the summary as JSON on stdout (skipped files included, as `skipped_files`).
     #[arg(long)]
@@ -43,17 +45,26 @@ pub struct Args {
     pub verbose: bool,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let embedder = load_embedder(a.no_dense)?;
-    let index = Index::open(&a.index_dir, embedder)?;
+/// The indexing options these flags describe.
+fn index_options(a: &Args) -> Result<IndexOptions> {
     let mut opts = IndexOptions::default();
     opts.chunk.chunk_tokens = a.chunk_tokens;
     opts.chunk.overlap_tokens = a.overlap;
-    opts.limits.max_file_bytes = a.max_file_mb << 20;
+    opts.limits.max_file_bytes = a
+        .max_file_mb
+        .checked_mul(1 << 20)
+        .ok_or_else(|| anyhow::anyhow!("--max-file-mb {}: too large", a.max_file_mb))?;
     opts.include_hidden = a.hidden;
     opts.limits.timeout = std::time::Duration::try_from_secs_f64(a.parse_timeout)
         .map_err(|e| anyhow::anyhow!("--parse-timeout {}: {e}", a.parse_timeout))?;
     opts.commit_every_chunks = a.commit_every.max(1);
+    Ok(opts)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let opts = index_options(&a)?;
+    let embedder = load_embedder(a.no_dense)?;
+    let index = Index::open(&a.index_dir, embedder)?;
     let bar = progress_bar();
     let on_progress = |p: IndexProgress| update_bar(&bar, &p);
     let summary = index.add_paths(&a.dirs, &opts, &on_progress)?;
@@ -117,4 +128,39 @@ pub fn skipped_table(files: &[SkippedFile], limit: usize) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// `rag ask --corpus` and `rag serve --corpus` index with `IndexOptions::default()`: a
+    /// `rag index` default that differs would make them re-chunk and re-embed everything.
+    #[test]
+    fn defaults_are_the_librarys() {
+        let a = Wrap::parse_from(["rag", "docs"]).args;
+        let got = index_options(&a).unwrap();
+        let lib = IndexOptions::default();
+        assert_eq!(got.chunk.chunk_tokens, lib.chunk.chunk_tokens);
+        assert_eq!(got.chunk.overlap_tokens, lib.chunk.overlap_tokens);
+        assert_eq!(got.limits.max_file_bytes, lib.limits.max_file_bytes);
+        assert_eq!(got.limits.timeout, lib.limits.timeout);
+        assert_eq!(got.include_hidden, lib.include_hidden);
+        assert_eq!(got.commit_every_chunks, lib.commit_every_chunks);
+    }
+
+    #[test]
+    fn out_of_range_flags_are_errors() {
+        let a = Wrap::parse_from(["rag", "docs", "--max-file-mb", "18446744073709551615"]).args;
+        assert!(index_options(&a).is_err());
+        let a = Wrap::parse_from(["rag", "docs", "--parse-timeout=-1"]).args;
+        assert!(index_options(&a).is_err());
+    }
 }

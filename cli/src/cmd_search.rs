@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args)]
 pub struct Args {
     pub query: String,
-    #[arg(long, default_value = ".rag-index")]
+    /// Where the index lives.
+    #[arg(long, default_value = crate::assistant_args::DEFAULT_INDEX_DIR)]
     pub index_dir: PathBuf,
-    #[arg(long, short = 'k', default_value_t = 5)]
+    /// Passages to show.
+    #[arg(long, short = 'k', default_value_t = rag::assistant::DEFAULT_TOP_K)]
     pub top_k: usize,
     /// hybrid (BM25 + dense, fused), bm25 or dense.
-    #[arg(long, default_value = "hybrid")]
+    #[arg(long, default_value_t = rag::assistant::AskOptions::default().mode)]
     pub mode: SearchMode,
     /// BM25 only: do not load the embedding model.
     #[arg(long)]

@@ -2,6 +2,7 @@
 //! own module and owns its argument struct; this file only dispatches. The benchmarks are
 //! a separate binary, `rag-bench` (cli/bench).
 
+mod assistant_args;
 mod cmd_ask;
 mod cmd_chat;
 mod cmd_generate;

@@ -195,6 +195,23 @@ pub enum SearchMode {
     Hybrid,
 }
 
+impl SearchMode {
+    /// The name `FromStr` reads (`bm25`, `dense`, `hybrid`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SearchMode::Bm25 => "bm25",
+            SearchMode::Dense => "dense",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl std::fmt::Display for SearchMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for SearchMode {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {

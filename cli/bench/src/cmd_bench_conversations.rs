@@ -170,7 +170,6 @@ fn run_in(
     )?;
     let ask = AskOptions {
         max_tokens: a.max_tokens,
-        top_k: 4,
         ..AskOptions::default()
     };
     let corpus = std::fs::canonicalize(&a.corpus).unwrap_or_else(|_| a.corpus.clone());
