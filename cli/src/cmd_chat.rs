@@ -3,13 +3,11 @@
 //! `Assistant::chat`); `/sources` lists the last answer's sources, `/reset` starts over,
 //! Ctrl-C stops the answer being written (not the conversation), Ctrl-D or `/quit` ends.
 
+use crate::assistant_args::AssistantArgs;
 use anyhow::Result;
 use graphs::chat::ChatMessage;
-use npu_runtime::weights_cache::WeightsCache;
-use rag::assistant::{AskOptions, Assistant, AssistantOptions, CancelToken, Source};
-use rag::SearchMode;
+use rag::assistant::{AskOptions, Assistant, CancelToken, Source};
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// Exchanges (question and answer) kept in the prompt: older ones are dropped so a long
@@ -18,38 +16,14 @@ const KEPT_EXCHANGES: usize = 4;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long, default_value = ".rag-index")]
-    pub index_dir: PathBuf,
-    /// Model name (fetched on first use) or path to a GGUF file.
-    #[arg(long, default_value = rag::models::DEFAULT_MODEL)]
-    pub model: String,
-    /// Passages retrieved for each question.
-    #[arg(long, short = 'k', default_value_t = 4)]
-    pub top_k: usize,
-    /// hybrid (BM25 + dense, fused), bm25 or dense.
-    #[arg(long, default_value = "hybrid")]
-    pub mode: SearchMode,
-    /// BM25 only: do not load the embedding model.
-    #[arg(long)]
-    pub no_dense: bool,
     /// Answer without retrieval (a plain conversation with the model).
     #[arg(long)]
     pub no_retrieval: bool,
-    /// Token budget for the numbered sources in the prompt.
-    #[arg(long, default_value_t = 1024)]
-    pub context_tokens: usize,
     /// Tokens per answer at most.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = rag::assistant::DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
-    /// Speculative decoding: none, pld, sam or sdnpu (the answer is the same; speed differs).
-    #[arg(long, default_value = "sdnpu")]
-    pub spec: String,
-    /// Compute threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Repack the model's weights on every load instead of caching them.
-    #[arg(long)]
-    pub no_weights_cache: bool,
+    #[command(flatten)]
+    pub assistant: AssistantArgs,
 }
 
 const HELP: &str = "Ask a question; follow-ups may refer to earlier ones.\n\
@@ -58,29 +32,20 @@ const HELP: &str = "Ask a question; follow-ups may refer to earlier ones.\n\
 /quit     end (or Ctrl-D); Ctrl-C stops an answer";
 
 pub fn run(a: Args) -> Result<()> {
-    let spec = specdec::Mode::parse(&a.spec).map_err(|e| anyhow::anyhow!("--spec: {e}"))?;
     let retrieve = !a.no_retrieval;
+    let index_dir = &a.assistant.index_dir;
     if retrieve {
         anyhow::ensure!(
-            a.index_dir.join("store.sqlite").is_file(),
+            index_dir.join("store.sqlite").is_file(),
             "no index at {}: run `rag index DIR` first (or pass --no-retrieval)",
-            a.index_dir.display()
+            index_dir.display()
         );
     }
-    let dense = retrieve && !a.no_dense && a.mode != SearchMode::Bm25;
-    let mut opts = AssistantOptions::new(&a.index_dir);
-    opts.model = a.model.clone();
-    opts.dense = dense;
-    opts.threads = a.threads;
-    opts.spec = spec;
-    opts.preload_model = true;
-    if a.no_weights_cache {
-        opts.weights_cache = WeightsCache::Off;
-    }
-    let assistant = Assistant::open(opts)?;
+    let dense = retrieve && a.assistant.dense();
+    let assistant = Assistant::open(a.assistant.options(dense)?)?;
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        eprintln!("rag chat ({}): /help for commands", a.model);
+        eprintln!("rag chat ({}): /help for commands", a.assistant.model);
     }
     let answering: Arc<Mutex<Option<CancelToken>>> = Arc::default();
     stop_answers_on_ctrl_c(Arc::clone(&answering))?;
@@ -133,11 +98,8 @@ pub fn run(a: Args) -> Result<()> {
         let cancel = CancelToken::default();
         *answering.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
         let ask = AskOptions {
-            top_k: a.top_k,
-            mode: if dense { a.mode } else { SearchMode::Bm25 },
-            context_tokens: a.context_tokens,
-            max_tokens: a.max_tokens,
             cancel: Some(cancel.clone()),
+            ..a.assistant.ask_options(dense, a.max_tokens)
         };
         let mut messages = history.clone();
         messages.push(ChatMessage {

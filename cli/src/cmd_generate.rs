@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long, default_value = "none", value_parser = ["none", "pld", "sam", "sdnpu"])]
     pub spec: String,
     #[command(flatten)]
-    pub backend: crate::backend_args::BackendArgs,
+    pub backend: rag_cli::backend_args::BackendArgs,
 }
 
 /// Timings of one generation, whichever way it decoded.
@@ -150,7 +150,8 @@ fn qnn_session(
     let rag::engine::BackendChoice::Qnn(shapes) = args.backend.choice()? else {
         anyhow::bail!("not the QNN backend");
     };
-    let opts = rag::engine::qnn_session_options(&shapes, kv, crate::kv_precision(&args.kv_cache)?)?;
+    let opts =
+        rag::engine::qnn_session_options(&shapes, kv, rag_cli::kv_precision(&args.kv_cache)?)?;
     opts.check(model.config())?;
     let backend = QnnBackend::new(
         model.clone(),
@@ -239,7 +240,7 @@ pub fn run(args: Args) -> Result<()> {
             model.clone(),
             SessionOptions {
                 kv_capacity: kv_capacity.min(ctx),
-                kv_precision: crate::kv_precision(&args.kv_cache)?,
+                kv_precision: rag_cli::kv_precision(&args.kv_cache)?,
                 ..d
             },
         )?;

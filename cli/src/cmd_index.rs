@@ -1,11 +1,11 @@
 //! `rag index DIR...`: build or update the local index (incremental, crash-safe).
 
-use anyhow::{bail, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rag::{Embedder, Index, IndexOptions, IndexProgress, IndexSummary, Phase, SkippedFile};
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use crate::assistant_args::DEFAULT_INDEX_DIR;
+use anyhow::Result;
+use rag::{Index, IndexOptions, IndexProgress, SkippedFile};
+use rag_cli::embedder::load_embedder;
+use rag_cli::index_progress::{progress_bar, summary_line, update_bar};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -13,28 +13,29 @@ pub struct Args {
     #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
     /// Where the index lives.
-    #[arg(long, default_value = ".rag-index")]
+    #[arg(long, default_value = DEFAULT_INDEX_DIR)]
     pub index_dir: PathBuf,
     /// BM25 only: do not load the embedding model.
     #[arg(long)]
     pub no_dense: bool,
-    /// Maximum tokens per chunk.
-    #[arg(long, default_value_t = 200)]
+    /// Maximum tokens per chunk. The library's default, so `rag ask --corpus` and
+    /// `rag serve --corpus` find the chunks of this index current.
+    #[arg(long, default_value_t = IndexOptions::default().chunk.chunk_tokens)]
     pub chunk_tokens: usize,
     /// Tokens shared by consecutive chunks.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = IndexOptions::default().chunk.overlap_tokens)]
     pub overlap: usize,
     /// Skip files larger than this many MiB.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = IndexOptions::default().limits.max_file_bytes >> 20)]
     pub max_file_mb: u64,
     /// Also index hidden files and directories.
     #[arg(long)]
     pub hidden: bool,
     /// Seconds one file may take to parse; its worker process is then killed.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = IndexOptions::default().limits.timeout.as_secs_f64())]
     pub parse_timeout: f64,
     /// Commit the store and BM25 after this many new chunks.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = IndexOptions::default().commit_every_chunks)]
     pub commit_every: usize,
     /// Print the summary as JSON on stdout (skipped files included, as `skipped_files`).
     #[arg(long)]
@@ -44,53 +45,26 @@ pub struct Args {
     pub verbose: bool,
 }
 
-/// The embedding model directory: `$RAG_MODEL_DIR/minilm-l6-v2` or the user cache.
-pub fn embedder_dir() -> PathBuf {
-    rag::models::cache_dir().join(rag::models::DEFAULT_EMBEDDER)
-}
-
-/// Load the MiniLM embedder, or None with `no_dense`. A missing model is a clear error.
-pub fn load_embedder(no_dense: bool) -> Result<Option<Arc<dyn Embedder>>> {
-    if no_dense {
-        return Ok(None);
-    }
-    let dir = embedder_dir();
-    if !dir.join("model.safetensors").is_file() || !dir.join("tokenizer.json").is_file() {
-        bail!(
-            "embedding model not found in {}: run `scripts/fetch-model.sh minilm-l6-v2` (or `rag model pull minilm-l6-v2`), or pass --no-dense for BM25-only retrieval",
-            dir.display()
-        );
-    }
-    let e = rag::embed::MiniLmEmbedder::load_with(&dir, embed_format()?)?;
-    Ok(Some(Arc::new(e)))
-}
-
-/// Weight format of the embedder (`RAG_EMBED_FORMAT`, see [`rag::embed::configured_format`]).
-pub fn embed_format() -> Result<npu_runtime::bert::WeightFormat> {
-    rag::embed::configured_format()
-}
-
-/// How benchmark reports name the embedder.
-pub fn embedder_label() -> String {
-    match embed_format() {
-        Ok(npu_runtime::bert::WeightFormat::Q8_0) => {
-            "all-MiniLM-L6-v2 on our runtime (Q8_0 weights, CPU)".into()
-        }
-        _ => "all-MiniLM-L6-v2 on our runtime (f32, CPU)".into(),
-    }
-}
-
-pub fn run(a: Args) -> Result<()> {
-    let embedder = load_embedder(a.no_dense)?;
-    let index = Index::open(&a.index_dir, embedder)?;
+/// The indexing options these flags describe.
+fn index_options(a: &Args) -> Result<IndexOptions> {
     let mut opts = IndexOptions::default();
     opts.chunk.chunk_tokens = a.chunk_tokens;
     opts.chunk.overlap_tokens = a.overlap;
-    opts.limits.max_file_bytes = a.max_file_mb << 20;
+    opts.limits.max_file_bytes = a
+        .max_file_mb
+        .checked_mul(1 << 20)
+        .ok_or_else(|| anyhow::anyhow!("--max-file-mb {}: too large", a.max_file_mb))?;
     opts.include_hidden = a.hidden;
     opts.limits.timeout = std::time::Duration::try_from_secs_f64(a.parse_timeout)
         .map_err(|e| anyhow::anyhow!("--parse-timeout {}: {e}", a.parse_timeout))?;
     opts.commit_every_chunks = a.commit_every.max(1);
+    Ok(opts)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let opts = index_options(&a)?;
+    let embedder = load_embedder(a.no_dense)?;
+    let index = Index::open(&a.index_dir, embedder)?;
     let bar = progress_bar();
     let on_progress = |p: IndexProgress| update_bar(&bar, &p);
     let summary = index.add_paths(&a.dirs, &opts, &on_progress)?;
@@ -156,61 +130,37 @@ pub fn skipped_table(files: &[SkippedFile], limit: usize) -> String {
     out
 }
 
-pub(crate) fn progress_bar() -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-    if !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {prefix:>7} [{bar:30}] {pos}/{len} {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
 
-pub(crate) fn update_bar(bar: &ProgressBar, p: &IndexProgress) {
-    let prefix = match p.phase {
-        Phase::Scan => "scan",
-        Phase::Parse => "parse",
-        Phase::Embed => "embed",
-        Phase::Finish => "finish",
-    };
-    bar.set_prefix(prefix);
-    bar.set_length(p.total);
-    bar.set_position(p.done);
-    if let Some(c) = &p.current {
-        bar.set_message(c.clone());
-    } else {
-        bar.set_message("");
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: Args,
     }
-}
 
-pub fn summary_line(s: &IndexSummary, index_dir: &Path) -> String {
-    let secs = s.elapsed.as_secs_f64();
-    let skipped = if s.skipped.is_empty() {
-        "0 skipped".to_string()
-    } else {
-        let parts: Vec<String> = s.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        format!("{} skipped ({})", s.skipped_total(), parts.join(", "))
-    };
-    let rate = if secs > 0.0 {
-        s.chunks_added as f64 / secs
-    } else {
-        0.0
-    };
-    format!(
-        "indexed {} files: {} new/changed, {} unchanged, {} removed, {skipped}; chunks: {} total (+{} -{}), {} embedded; {:.2} s ({:.1} chunks/s) -> {}",
-        s.files_seen,
-        s.files_indexed,
-        s.files_unchanged,
-        s.files_removed,
-        s.chunks_total,
-        s.chunks_added,
-        s.chunks_removed,
-        s.chunks_embedded,
-        secs,
-        rate,
-        index_dir.display()
-    )
+    /// `rag ask --corpus` and `rag serve --corpus` index with `IndexOptions::default()`: a
+    /// `rag index` default that differs would make them re-chunk and re-embed everything.
+    #[test]
+    fn defaults_are_the_librarys() {
+        let a = Wrap::parse_from(["rag", "docs"]).args;
+        let got = index_options(&a).unwrap();
+        let lib = IndexOptions::default();
+        assert_eq!(got.chunk.chunk_tokens, lib.chunk.chunk_tokens);
+        assert_eq!(got.chunk.overlap_tokens, lib.chunk.overlap_tokens);
+        assert_eq!(got.limits.max_file_bytes, lib.limits.max_file_bytes);
+        assert_eq!(got.limits.timeout, lib.limits.timeout);
+        assert_eq!(got.include_hidden, lib.include_hidden);
+        assert_eq!(got.commit_every_chunks, lib.commit_every_chunks);
+    }
+
+    #[test]
+    fn out_of_range_flags_are_errors() {
+        let a = Wrap::parse_from(["rag", "docs", "--max-file-mb", "18446744073709551615"]).args;
+        assert!(index_options(&a).is_err());
+        let a = Wrap::parse_from(["rag", "docs", "--parse-timeout=-1"]).args;
+        assert!(index_options(&a).is_err());
+    }
 }

@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args)]
 pub struct Args {
     pub query: String,
-    #[arg(long, default_value = ".rag-index")]
+    /// Where the index lives.
+    #[arg(long, default_value = crate::assistant_args::DEFAULT_INDEX_DIR)]
     pub index_dir: PathBuf,
-    #[arg(long, short = 'k', default_value_t = 5)]
+    /// Passages to show.
+    #[arg(long, short = 'k', default_value_t = rag::assistant::DEFAULT_TOP_K)]
     pub top_k: usize,
     /// hybrid (BM25 + dense, fused), bm25 or dense.
-    #[arg(long, default_value = "hybrid")]
+    #[arg(long, default_value_t = rag::assistant::AskOptions::default().mode)]
     pub mode: SearchMode,
     /// BM25 only: do not load the embedding model.
     #[arg(long)]
@@ -28,7 +30,7 @@ pub fn run(a: Args) -> Result<()> {
         a.index_dir.display()
     );
     let mode = if a.no_dense { SearchMode::Bm25 } else { a.mode };
-    let embedder = crate::cmd_index::load_embedder(mode == SearchMode::Bm25)?;
+    let embedder = rag_cli::embedder::load_embedder(mode == SearchMode::Bm25)?;
     let index = Index::open(&a.index_dir, embedder)?;
     let hits = index.search(&a.query, a.top_k, mode)?;
     if a.json {

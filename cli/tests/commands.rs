@@ -44,6 +44,48 @@ fn index_sample(idx: &Path) -> Output {
 }
 
 #[test]
+fn help_shows_only_user_commands() {
+    let help = String::from_utf8(run_ok(&mut rag(&["--help"])).stdout).unwrap();
+    for cmd in [
+        "index", "search", "ask", "chat", "generate", "serve", "model",
+    ] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(cmd)),
+            "{cmd} missing from:\n{help}"
+        );
+    }
+    // The benchmarks are `rag-bench` (cli/bench).
+    assert!(!help.contains("bench"), "{help}");
+    assert!(!rag(&["bench", "model"]).output().unwrap().status.success());
+}
+
+/// `rag index` chunks as the library does, so `rag ask --corpus` over the same folder finds
+/// every file current instead of re-chunking (and re-embedding) all of them.
+#[test]
+fn ask_with_corpus_after_index_reindexes_nothing() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("idx");
+    index_sample(&idx);
+    let out = run_ok(
+        rag(&["ask", "What is the warranty?", "--no-dense"])
+            .args(["--model", "smollm2-135m", "--max-tokens", "1"])
+            .arg("--index-dir")
+            .arg(&idx)
+            .arg("--corpus")
+            .arg(sample_corpus()),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let summary = err.lines().find(|l| l.starts_with("indexed ")).unwrap();
+    assert!(
+        summary.contains(": 0 new/changed, ") && !summary.contains(" 0 unchanged"),
+        "{summary}"
+    );
+}
+
+#[test]
 fn index_summary_without_a_terminal_has_no_progress_bar() {
     let idx = tempfile::tempdir().unwrap();
     // stderr is a pipe here, not a terminal: only the summary line may appear.

@@ -121,7 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if argmax_only { ", argmax LM head" } else { "" }
     );
     if args.iter().any(|a| a == "--interleave") {
-        // One forward of every size per round (what `rag bench model` times), so the
+        // One forward of every size per round (what `rag-bench model` times), so the
         // host's phases land on all sizes alike.
         let mut wall = vec![Vec::with_capacity(reps); ns.len()];
         let chains: Vec<Vec<i32>> = ns.iter().map(|&n| chain(n)).collect();

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Vectors are synthetic (100 clusters plus noise, L2-normalized), so the timings are the
-//! search cost alone, without embedding the query (`rag bench retrieval --scale` measures
+//! search cost alone, without embedding the query (`rag-bench retrieval --scale` measures
 //! the whole path on real text).
 
 use hnsw_rs::prelude::Hnsw;

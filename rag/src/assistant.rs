@@ -78,6 +78,20 @@ const MIN_HEAD_TOKENS: usize = 8;
 /// [`AssistantOptions::calib_window`]'s default: the question and the prompt template's tail.
 pub const DEFAULT_CALIB_WINDOW: usize = 64;
 
+/// Passages retrieved for a question ([`AskOptions::top_k`]; also the default of
+/// `rag search` and `/v1/search`). The answer-quality figures were measured with it
+/// (`rag-bench answers`).
+pub const DEFAULT_TOP_K: usize = 5;
+
+/// Token budget of the numbered sources in the prompt ([`AskOptions::context_tokens`]).
+pub const DEFAULT_CONTEXT_TOKENS: usize = 1024;
+
+/// Answer tokens at most ([`AskOptions::max_tokens`]).
+pub const DEFAULT_MAX_TOKENS: usize = 256;
+
+/// Speculative decoding mode ([`AssistantOptions::spec`]).
+pub const DEFAULT_SPEC: Mode = Mode::Sdnpu;
+
 /// How to open an [`Assistant`].
 #[derive(Clone, Debug)]
 pub struct AssistantOptions {
@@ -138,7 +152,7 @@ impl AssistantOptions {
             threads: 0,
             kv_capacity: 4096,
             kv_precision: KvPrecision::F32,
-            spec: Mode::Sdnpu,
+            spec: DEFAULT_SPEC,
             token_db_max_tokens: specdec::tokendb::DEFAULT_MAX_TOKENS,
             preload_model: false,
             weights_cache: WeightsCache::default_dir(),
@@ -165,10 +179,10 @@ pub struct AskOptions {
 impl Default for AskOptions {
     fn default() -> Self {
         AskOptions {
-            top_k: 5,
+            top_k: DEFAULT_TOP_K,
             mode: SearchMode::Hybrid,
-            context_tokens: 1024,
-            max_tokens: 256,
+            context_tokens: DEFAULT_CONTEXT_TOKENS,
+            max_tokens: DEFAULT_MAX_TOKENS,
             cancel: None,
         }
     }

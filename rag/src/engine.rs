@@ -67,7 +67,7 @@ pub const QNN_PREFILL_ROWS: usize = 64;
 /// progressively; SmolLM2-135M (~0.6 GB for both forms) keeps every graph resident.
 pub const QNN_DEFAULT_MEMORY_MB: u64 = 4096;
 /// The planner that decides when each block switches (polynomial, within a few percent of
-/// the exact optimum in `rag bench prefill`).
+/// the exact optimum in `rag-bench prefill`).
 pub const SWITCH_SCHEDULE: ScheduleKind = ScheduleKind::ProgressiveLs;
 
 impl Default for QnnShapes {

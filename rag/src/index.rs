@@ -195,6 +195,23 @@ pub enum SearchMode {
     Hybrid,
 }
 
+impl SearchMode {
+    /// The name `FromStr` reads (`bm25`, `dense`, `hybrid`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SearchMode::Bm25 => "bm25",
+            SearchMode::Dense => "dense",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl std::fmt::Display for SearchMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for SearchMode {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -966,7 +983,7 @@ impl Index {
 /// Candidates taken from each list before fusion.
 pub const CANDIDATES: usize = 50;
 
-/// The fusion `search` uses for hybrid mode. Chosen by measurement (`rag bench retrieval`,
+/// The fusion `search` uses for hybrid mode. Chosen by measurement (`rag-bench retrieval`,
 /// BENCHMARKS.md): the equal-weight convex combination of min-max normalised scores beat
 /// reciprocal rank fusion (k=60) on recall@1, recall@5 and MRR.
 pub const DEFAULT_FUSION: Fusion = Fusion::Convex { alpha: 0.5 };

@@ -118,7 +118,7 @@ pub fn with_context(question: &str, context: &str, system: Option<&str>) -> Vec<
 /// The search query for a chat's last user message: the user's previous message and the
 /// last one, joined (a follow-up such as "How long does it take?" names its subject only
 /// in the turn before). Assistant turns are left out: they repeat the retrieved text and
-/// drag the search back to the previous answer's sources. Chosen by `rag bench
+/// drag the search back to the previous answer's sources. Chosen by `rag-bench
 /// conversations` (BENCHMARKS.md).
 pub fn search_query(chat: &[ChatMessage]) -> String {
     let mut users = chat.iter().rev().filter(|m| m.role == "user");

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The llama.cpp side of `rag bench model`: same measurements, same JSON shape.
+"""The llama.cpp side of `rag-bench model`: same measurements, same JSON shape.
 
 Runs llama.cpp through the llama-cpp-python package, installed OUTSIDE this repository:
     python3 -m venv /work/venvs/llama

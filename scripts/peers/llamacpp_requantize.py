@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Re-quantize a GGUF with llama.cpp (through llama-cpp-python, installed OUTSIDE this repo),
-e.g. Q4_K_M -> Q4_0, llama.cpp's best CPU format, for `rag bench vs-llamacpp --requant q4_0`.
+e.g. Q4_K_M -> Q4_0, llama.cpp's best CPU format, for `rag-bench vs-llamacpp --requant q4_0`.
 
     /work/venvs/llama/bin/python scripts/peers/llamacpp_requantize.py IN.gguf OUT.gguf --type q4_0
 """

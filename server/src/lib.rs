@@ -58,15 +58,17 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
+        // Retrieval as `Assistant::ask` does it by default.
+        let ask = rag::assistant::AskOptions::default();
         ServerOptions {
             api_key: None,
             max_body_bytes: 1 << 20,
             max_tokens_limit: 2048,
             default_max_tokens: 512,
             queue_waiting: 16,
-            top_k: 4,
-            mode: SearchMode::Hybrid,
-            context_tokens: 1024,
+            top_k: ask.top_k,
+            mode: ask.mode,
+            context_tokens: ask.context_tokens,
             keep_alive: Duration::from_secs(2),
         }
     }

@@ -20,7 +20,7 @@ pub(crate) async fn search(
     if req.query.trim().is_empty() {
         return Err(ApiError::bad_request("query", "query must not be empty"));
     }
-    let k = req.top_k.unwrap_or(5);
+    let k = req.top_k.unwrap_or(rag::assistant::DEFAULT_TOP_K as u64);
     if k == 0 || k > MAX_TOP_K {
         return Err(ApiError::bad_request(
             "top_k",
@@ -55,15 +55,7 @@ pub(crate) async fn search(
     Ok(Json(json!({
         "object": "list",
         "query": req.query,
-        "mode": mode_name(mode),
+        "mode": mode.name(),
         "data": crate::printed_value(&hits),
     })))
-}
-
-fn mode_name(m: SearchMode) -> &'static str {
-    match m {
-        SearchMode::Hybrid => "hybrid",
-        SearchMode::Bm25 => "bm25",
-        SearchMode::Dense => "dense",
-    }
 }

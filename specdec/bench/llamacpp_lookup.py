@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llama.cpp's prompt-lookup decoding on the same prompts as `rag bench specdec`.
+"""llama.cpp's prompt-lookup decoding on the same prompts as `rag-bench specdec`.
 
 Runs llama.cpp through the llama-cpp-python package installed OUTSIDE this repository
 (e.g. a virtualenv at /work/venvs/llama):
@@ -11,7 +11,7 @@ Runs llama.cpp through the llama-cpp-python package installed OUTSIDE this repos
 Prompts: first turn of each record of the category, formatted with the model's own chat
 template (GGUF metadata, rendered by llama-cpp-python's Jinja2 formatter) and tokenized by
 llama.cpp. `--tokens-out` writes them as JSONL {question_id, tokens} so that
-`rag bench specdec --prompt-tokens FILE` runs on exactly the same token ids.
+`rag-bench specdec --prompt-tokens FILE` runs on exactly the same token ids.
 
 Modes: `none` (greedy, one token per step) and `lookup` (LlamaPromptLookupDecoding with
 its defaults max_ngram_size=2, num_pred_tokens=10), both greedy (temperature 0).

@@ -6,7 +6,7 @@
 //! output and the prefill rows (none, pld, sam, sam+cal, with or without the
 //! conversation database) — in milliseconds, independent of machine load.
 //! Extension also reads the argmax of rejected rows, which a replay does not know:
-//! its harvest is empty here, so measure sam+ext / sdnpu with `rag bench specdec`.
+//! its harvest is empty here, so measure sam+ext / sdnpu with `rag-bench specdec`.
 //! `--oracle` first prints the oracle bounds of each capture (`specdec::oracle`): the
 //! best speed-up any drafter copying from the sources could reach with this curve.
 //! `cargo run --release -p specdec --example replay_sim -- CURVE.json MODE[,MODE..] CAPTURE.jsonl.. [--fixed B] [--max-budget B] [--k K] [--branch 2,2] [--window N] [--conf] [--no-trees] [--follow-text] [--vote BELOW,WIDTH] [--oracle]`

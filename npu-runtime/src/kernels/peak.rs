@@ -1,5 +1,5 @@
 //! The machine's int8 multiply-accumulate peak, measured: the physical floor that
-//! prefill throughput is reported against (`rag bench vs-llamacpp`).
+//! prefill throughput is reported against (`rag-bench vs-llamacpp`).
 //!
 //! Each thread runs independent chains of the widest int8 dot-product instruction
 //! the run-time ISA has (`vpdpbusd` on 512 bits for AVX-512 VNNI: 64 MACs each;

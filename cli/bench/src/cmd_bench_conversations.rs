@@ -1,4 +1,4 @@
-//! `rag bench conversations`: follow-up questions. Each conversation of the set has two user
+//! `rag-bench conversations`: follow-up questions. Each conversation of the set has two user
 //! turns; the second cannot be answered without the first ("How long does it take?").
 //! The first turn is asked as `rag ask` does; the second is answered with the model's first
 //! answer in the history, by several ways of choosing the search query, against the plain
@@ -14,9 +14,9 @@
 //!   (`--verbose` shows the rewrites), which is what this strategy costs on small models.
 //!
 //! A turn's sources are right when one of the expected files is among the cited sources;
-//! its answer is correct when every expected fact appears (as in `rag bench answers`).
+//! its answer is correct when every expected fact appears (as in `rag-bench answers`).
 
-use crate::bench_report;
+use crate::{bench_report, data_files};
 use anyhow::{Context, Result};
 use graphs::chat::ChatMessage;
 use rag::assistant::{Answer, AskOptions, Assistant, AssistantOptions};
@@ -26,8 +26,12 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Folder the conversations are about (default: the repository's sample corpus,
+    /// relative to the current directory).
     #[arg(long, default_value = "examples/sample-corpus")]
     pub corpus: PathBuf,
+    /// Conversations, JSONL (default: the repository's set, relative to the current
+    /// directory).
     #[arg(long, default_value = "bench/conversations/two_turn.jsonl")]
     pub conversations: PathBuf,
     /// Model name or GGUF path.
@@ -40,9 +44,8 @@ pub struct Args {
     /// Print every second-turn answer.
     #[arg(long)]
     pub verbose: bool,
-    /// Do not touch BENCHMARKS.md.
-    #[arg(long)]
-    pub no_write: bool,
+    #[command(flatten)]
+    pub report: bench_report::ReportArgs,
 }
 
 #[derive(serde::Deserialize)]
@@ -86,6 +89,8 @@ fn is_correct(answer: &str, expect: &[Vec<String>]) -> bool {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    data_files::require(&a.corpus, "--corpus")?;
+    data_files::require(&a.conversations, "--conversations")?;
     let text = std::fs::read_to_string(&a.conversations)
         .with_context(|| format!("reading {}", a.conversations.display()))?;
     let conversations: Vec<Conversation> = text
@@ -138,8 +143,9 @@ pub fn run(a: Args) -> Result<()> {
         load(crate::cmd_bench_retrieval::load_average())
     )?;
     print!("{table}");
-    if !a.no_write {
-        bench_report::write_section(
+    if let Some(path) = &a.report.file {
+        bench_report::write_section_in(
+            path,
             &format!("conversations-{}", a.model),
             &format!("Follow-up questions ({})", a.model),
             &table,
@@ -164,7 +170,6 @@ fn run_in(
     )?;
     let ask = AskOptions {
         max_tokens: a.max_tokens,
-        top_k: 4,
         ..AskOptions::default()
     };
     let corpus = std::fs::canonicalize(&a.corpus).unwrap_or_else(|_| a.corpus.clone());

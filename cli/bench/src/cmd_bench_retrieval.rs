@@ -1,8 +1,8 @@
-//! `rag bench retrieval`: quality (recall@1/5/10, MRR) of BM25, dense and hybrid on a
+//! `rag-bench retrieval`: quality (recall@1/5/10, MRR) of BM25, dense and hybrid on a
 //! labelled question set, and `--scale N` for indexing throughput and query latency on a
-//! synthetic corpus of about N chunks. Results go to stdout and BENCHMARKS.md.
+//! synthetic corpus of about N chunks. Results go to stdout and the `--report` file.
 
-use crate::bench_report;
+use crate::{bench_report, data_files};
 use anyhow::{Context, Result};
 use npu_runtime::bert::WeightFormat;
 use rag::hybrid::{fuse, Fusion};
@@ -18,6 +18,8 @@ pub struct Args {
     /// Corpus folders (the labels' paths are suffixes of indexed paths).
     #[arg(long, required = true)]
     pub corpus: Vec<PathBuf>,
+    /// Labelled questions, JSONL (default: the repository's set, relative to the current
+    /// directory).
     #[arg(long, default_value = "bench/retrieval/questions.jsonl")]
     pub questions: PathBuf,
     /// Reuse this index directory (default: a fresh temporary one, removed afterwards).
@@ -35,9 +37,8 @@ pub struct Args {
     /// Chunk size in tokens. A non-default size writes its own section.
     #[arg(long, default_value_t = corpus_tools::chunk::DEFAULT_CHUNK_TOKENS)]
     pub chunk_tokens: usize,
-    /// Do not touch BENCHMARKS.md.
-    #[arg(long)]
-    pub no_write: bool,
+    #[command(flatten)]
+    pub report: bench_report::ReportArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -165,6 +166,10 @@ fn timed_index(
 }
 
 pub fn run(a: Args) -> Result<()> {
+    for c in &a.corpus {
+        data_files::require(c, "--corpus")?;
+    }
+    data_files::require(&a.questions, "--questions")?;
     let text = std::fs::read_to_string(&a.questions)
         .with_context(|| format!("reading {}", a.questions.display()))?;
     let questions: Vec<Question> = text
@@ -187,12 +192,15 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
-    let embedder = crate::cmd_index::load_embedder(a.no_dense)?;
+    let embedder = rag_cli::embedder::load_embedder(a.no_dense)?;
     let dense = embedder.is_some();
     let tmp = index_dir(a, "quality");
     let index = Index::open(&tmp.dir, embedder)?;
     let (summary, _, _) = timed_index(&index, &a.corpus, a.chunk_tokens)?;
-    eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
+    eprintln!(
+        "{}",
+        rag_cli::index_progress::summary_line(&summary, &tmp.dir)
+    );
     let stats = index.stats();
 
     // Quality: candidates once per question, then every ranking method on the same lists.
@@ -280,7 +288,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         if dense { "the embedder's WordPiece tokenizer" } else { "the word-piece estimate" },
         questions.len(),
         a.questions.display(),
-        if dense { crate::cmd_index::embedder_label() } else { "none (--no-dense)".into() }
+        if dense { embedder_label() } else { "none (--no-dense)".into() }
     )?;
     writeln!(
         body,
@@ -321,8 +329,8 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
     } else {
         println!("{body}");
     }
-    if !a.no_write {
-        let (key, title) = if crate::cmd_index::embed_format()? == WeightFormat::Q8_0 {
+    if let Some(path) = &a.report.file {
+        let (key, title) = if rag_cli::embedder::embed_format()? == WeightFormat::Q8_0 {
             (
                 "retrieval-quality-q8_0",
                 "Retrieval quality, Q8_0 embedder (the default)",
@@ -344,9 +352,17 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
             key = format!("{key}-{set}");
             title = format!("{title}, question set {set}");
         }
-        bench_report::write_section(&key, &title, &body)?;
+        bench_report::write_section_in(path, &key, &title, &body)?;
     }
     Ok(())
+}
+
+/// How the reports name the embedder.
+fn embedder_label() -> String {
+    match rag_cli::embedder::embed_format() {
+        Ok(WeightFormat::Q8_0) => "all-MiniLM-L6-v2 on our runtime (Q8_0 weights, CPU)".into(),
+        _ => "all-MiniLM-L6-v2 on our runtime (f32, CPU)".into(),
+    }
 }
 
 /// Fusions compared by the quality benchmark.
@@ -429,7 +445,7 @@ pub(crate) fn load_average() -> Option<f64> {
 
 fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     let load_start = load_average();
-    let embedder = crate::cmd_index::load_embedder(a.no_dense)?;
+    let embedder = rag_cli::embedder::load_embedder(a.no_dense)?;
     let dense = embedder.is_some();
     let tmp = index_dir(a, &format!("scale{n}"));
     let corpus_dir =
@@ -442,7 +458,10 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     let index = Index::open(&tmp.dir, embedder)?;
     let (summary, parse_s, embed_s) =
         timed_index(&index, std::slice::from_ref(&corpus_dir), a.chunk_tokens)?;
-    eprintln!("{}", crate::cmd_index::summary_line(&summary, &tmp.dir));
+    eprintln!(
+        "{}",
+        rag_cli::index_progress::summary_line(&summary, &tmp.dir)
+    );
     let total_s = summary.elapsed.as_secs_f64();
     // Re-run with nothing changed: the incremental no-op cost.
     let (noop, _, _) = timed_index(&index, std::slice::from_ref(&corpus_dir), a.chunk_tokens)?;
@@ -467,7 +486,7 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
         a.corpus.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "),
         planned,
         summary.chunks_total,
-        if dense { crate::cmd_index::embedder_label() } else { "none (--no-dense: BM25 only)".into() }
+        if dense { embedder_label() } else { "none (--no-dense: BM25 only)".into() }
     )?;
     if let (Some(s), Some(e)) = (load_start, load_end) {
         writeln!(
@@ -513,8 +532,8 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     } else {
         println!("{body}");
     }
-    if !a.no_write {
-        let q8 = dense && crate::cmd_index::embed_format()? == WeightFormat::Q8_0;
+    if let Some(path) = &a.report.file {
+        let q8 = dense && rag_cli::embedder::embed_format()? == WeightFormat::Q8_0;
         let key = format!(
             "retrieval-scale-{n}{}",
             if !dense {
@@ -535,7 +554,7 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
                 ""
             }
         );
-        bench_report::write_section(&key, &title, &body)?;
+        bench_report::write_section_in(path, &key, &title, &body)?;
     }
     let _ = Duration::ZERO;
     Ok(())

@@ -1,4 +1,4 @@
-//! `rag bench specdec`: speculative decoding modes on Spec-Bench / DroidTask prompts.
+//! `rag-bench specdec`: speculative decoding modes on Spec-Bench / DroidTask prompts.
 //!
 //! Every mode decodes the same prompts greedily on one session; `none` is the
 //! reference both for speed and for output (any difference is a losslessness bug
@@ -25,8 +25,9 @@ pub struct Args {
     /// KV cache precision (f32 exact; f16 half the memory and attention bytes).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
     kv_cache: String,
-    /// Spec-Bench style JSONL (default: ../shared/data/spec_bench/question.jsonl,
-    /// or ../shared/data/ui/droidtask_ui.jsonl for --category ui).
+    /// Spec-Bench style JSONL (default, relative to the current directory:
+    /// ../shared/data/spec_bench/question.jsonl, or ../shared/data/ui/droidtask_ui.jsonl
+    /// for --category ui).
     #[arg(long)]
     dataset: Option<PathBuf>,
     /// summarization | rag | qa | translation | ui | ...
@@ -103,13 +104,12 @@ pub struct Args {
     #[arg(long)]
     no_greedy_reference: bool,
     #[command(flatten)]
-    backend: crate::backend_args::BackendArgs,
+    backend: rag_cli::backend_args::BackendArgs,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
-    /// Do not write the BENCHMARKS.md section.
-    #[arg(long)]
-    no_report: bool,
+    #[command(flatten)]
+    report: bench_report::ReportArgs,
 }
 
 fn default_dataset(category: &str) -> PathBuf {
@@ -235,6 +235,7 @@ pub fn run(args: Args) -> Result<()> {
         .dataset
         .clone()
         .unwrap_or_else(|| default_dataset(&args.category));
+    crate::data_files::require(&dataset, "--dataset")?;
     let questions = load_questions(&dataset, &args.category, args.limit)?;
     let path = rag::models::ensure(&args.model)?;
     let model = Model::load(&path, &LoadOptions::with_threads(args.threads))?;
@@ -245,7 +246,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     let kv = (longest + args.max_tokens + args.max_verify + 8).min(model.config().ctx_len);
-    let precision = crate::kv_precision(&args.kv_cache)?;
+    let precision = rag_cli::kv_precision(&args.kv_cache)?;
     let backend = args.backend.choice()?;
     let mut session: Box<dyn Engine> = match &backend {
         rag::engine::BackendChoice::Cpu => Box::new(Session::new(
@@ -696,7 +697,7 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         println!("{table}");
     }
-    if !args.no_report {
+    if let Some(path) = &args.report.file {
         // The f32 cache (default) keeps the sections it always had.
         let kv = match args.kv_cache.as_str() {
             "f32" => ("", String::new()),
@@ -723,7 +724,7 @@ pub fn run(args: Args) -> Result<()> {
             if args.ablation { " (ablation)" } else { "" },
             kv.1
         );
-        bench_report::write_section(&key, &title, &table)?;
+        bench_report::write_section_in(path, &key, &title, &table)?;
     }
     Ok(())
 }

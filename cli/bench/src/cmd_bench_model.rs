@@ -1,4 +1,4 @@
-//! `rag bench model`: prefill and decode throughput and the verify-cost curve of a model
+//! `rag-bench model`: prefill and decode throughput and the verify-cost curve of a model
 //! on the CPU backend (the same measurements as scripts/peers/llamacpp_bench.py).
 
 use crate::bench_report;
@@ -25,9 +25,8 @@ pub struct Args {
     /// Tokens per decode-speed measurement.
     #[arg(long, default_value_t = 32)]
     pub decode_tokens: usize,
-    /// Do not write the BENCHMARKS.md section.
-    #[arg(long)]
-    pub no_report: bool,
+    #[command(flatten)]
+    pub report: bench_report::ReportArgs,
     /// KV cache precision: f32 (exact) or f16 (half the cache memory and attention
     /// bytes per token; llama.cpp's default).
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16"])]
@@ -75,7 +74,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 /// Per-block QNN timings (compile, finalize, serialize, load, free, execute at both
-/// shapes), a scheduler profile from them, and the BENCHMARKS.md section `qnn`.
+/// shapes), a scheduler profile from them, and the report section `qnn`.
 fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
     use npu_runtime::backend::Backend;
     use npu_runtime::qnn::{BinaryCache, QnnBackend};
@@ -201,7 +200,7 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
         model: name.into(),
         backend: "qnn-htp".into(),
         machine: machine.clone(),
-        source: format!("measured by rag bench model --backend qnn on {machine} (HTP emulator)"),
+        source: format!("measured by rag-bench model --backend qnn on {machine} (HTP emulator)"),
         chunk_tokens: chunk,
         g2_tokens: verify,
         decode_step_ms: sum2,
@@ -221,10 +220,11 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
         "\nScheduler profile written to `{}`.\n",
         path.display()
     ));
-    if !args.no_report {
-        bench_report::write_section(
+    if let Some(path) = &args.report.file {
+        bench_report::write_section_in(
+            path,
             "qnn",
-            &format!("rag bench model --backend qnn: {name}"),
+            &format!("rag-bench model --backend qnn: {name}"),
             &body,
         )?;
     }
@@ -272,12 +272,12 @@ fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
 
 /// The bundled sample corpus, in a fixed order: natural text for greedy decoding.
 const BENCH_TEXT: [&str; 6] = [
-    include_str!("../../examples/sample-corpus/guide/getting-started.md"),
-    include_str!("../../examples/sample-corpus/faq.html"),
-    include_str!("../../examples/sample-corpus/specs.txt"),
-    include_str!("../../examples/sample-corpus/guide/troubleshooting.md"),
-    include_str!("../../examples/sample-corpus/api/client.py"),
-    include_str!("../../examples/sample-corpus/guide/maintenance.md"),
+    include_str!("../../../examples/sample-corpus/guide/getting-started.md"),
+    include_str!("../../../examples/sample-corpus/faq.html"),
+    include_str!("../../../examples/sample-corpus/specs.txt"),
+    include_str!("../../../examples/sample-corpus/guide/troubleshooting.md"),
+    include_str!("../../../examples/sample-corpus/api/client.py"),
+    include_str!("../../../examples/sample-corpus/guide/maintenance.md"),
 ];
 
 /// [`BENCH_TEXT`] tokenized: at least `DEPTH + 1` tokens.
@@ -310,7 +310,7 @@ fn session(model: &Arc<Model>, kv_cache: &str) -> Result<Session> {
         model.clone(),
         SessionOptions {
             kv_capacity: 2048,
-            kv_precision: crate::kv_precision(kv_cache)?,
+            kv_precision: rag_cli::kv_precision(kv_cache)?,
             ..SessionOptions::default()
         },
     )?)
@@ -458,11 +458,11 @@ pub fn run(args: Args) -> Result<()> {
     for (n, ms, r) in rows {
         body.push_str(&format!("| {n} | {ms:.2} | {r:.2} |\n"));
     }
-    if !args.no_report {
+    if let Some(path) = &args.report.file {
         // The default run (this CPU's best kernels, f32 cache) keeps the section it always
         // had; a tier forced with `RAG_ISA` or another cache gets its own.
         let mut key = format!("model:{name}");
-        let mut title = format!("rag bench model: {name}");
+        let mut title = format!("rag-bench model: {name}");
         let best = npu_runtime::kernels::Isa::available()[0];
         let tier = npu_runtime::kernels::detected();
         if tier != best {
@@ -473,7 +473,7 @@ pub fn run(args: Args) -> Result<()> {
             key.push_str(&format!(":kv-{}", args.kv_cache));
             title.push_str(&format!(", KV cache {}", args.kv_cache));
         }
-        bench_report::write_section(&key, &title, &body)?;
+        bench_report::write_section_in(path, &key, &title, &body)?;
     }
     if args.json {
         println!("{out}");

@@ -1,4 +1,4 @@
-//! `rag bench prefill`: graph-switch schedules for chunked prefill (sync, async,
+//! `rag-bench prefill`: graph-switch schedules for chunked prefill (sync, async,
 //! progressive, progressive-wc, progressive-ls, optimal), simulated from a profile or run on a backend.
 
 use anyhow::{bail, Context};
@@ -41,8 +41,9 @@ pub struct Args {
     /// Also print each schedule's timeline.
     #[arg(long)]
     timeline: bool,
-    /// Write the results into this Markdown file (a section between markers; e.g. BENCHMARKS.md).
-    #[arg(long)]
+    /// Also write the results into this Markdown file (e.g. BENCHMARKS.md), as this run's
+    /// section between its markers; the rest of the file is kept.
+    #[arg(long = "report", alias = "benchmarks", value_name = "FILE")]
     benchmarks: Option<PathBuf>,
     /// cpu/qnn: layer blocks the model is cut into (default: the warm-up's choice; the
     /// first layout profiled is 4 blocks on cpu, 2 on qnn).

@@ -1,4 +1,4 @@
-//! `rag bench vs-llamacpp`: our CPU engine and llama.cpp on the same GGUF with the same
+//! `rag-bench vs-llamacpp`: our CPU engine and llama.cpp on the same GGUF with the same
 //! thread count, back to back in one run. Rounds alternate (ours, llama.cpp, ours, ...) and
 //! each engine keeps its best round, so a burst of load on this shared machine hurts neither
 //! side more than the other. The physical floors (memory bandwidth for decode, the int8
@@ -44,9 +44,8 @@ pub struct Args {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     pub json: bool,
-    /// Do not write the BENCHMARKS.md section.
-    #[arg(long)]
-    pub no_report: bool,
+    #[command(flatten)]
+    pub report: bench_report::ReportArgs,
     /// How the peer's llama.cpp was built, for the report (e.g. the CMake flags of an
     /// AVX2-only build when comparing with `RAG_ISA=avx2`).
     #[arg(long, default_value = "built from source with GGML_NATIVE")]
@@ -140,7 +139,7 @@ pub fn run(args: Args) -> Result<()> {
             "llamacpp": peer,
         }));
     }
-    if !args.no_report {
+    if let Some(path) = &args.report.file {
         // The default run (best kernels, f32 cache) keeps the section it always had.
         let mut key = format!("vs-llamacpp:{}", file_name(&base));
         let mut title = format!("CPU engine vs llama.cpp: {}", file_name(&base));
@@ -156,7 +155,7 @@ pub fn run(args: Args) -> Result<()> {
             key.push_str(&format!(":{label}"));
             title.push_str(&format!(" ({label})"));
         }
-        bench_report::write_section(&key, &title, &body)?;
+        bench_report::write_section_in(path, &key, &title, &body)?;
     }
     if args.json {
         println!(
@@ -182,7 +181,7 @@ fn file_name(p: &Path) -> String {
 fn peer_script(name: &str) -> Result<PathBuf> {
     let candidates = [
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scripts/peers")
+            .join("../../scripts/peers")
             .join(name),
         PathBuf::from("scripts/peers").join(name),
     ];
@@ -268,7 +267,7 @@ impl Probes {
 /// before each round.
 fn measure_pair(args: &Args, file: &Path, probes: &mut Probes) -> Result<(Value, Value)> {
     let (mut ours, mut peer) = (None, None);
-    let exe = std::env::current_exe().context("locating the rag binary")?;
+    let exe = std::env::current_exe().context("locating the rag-bench binary")?;
     let common = [
         "--threads".to_owned(),
         args.threads.to_string(),
@@ -284,11 +283,11 @@ fn measure_pair(args: &Args, file: &Path, probes: &mut Probes) -> Result<(Value,
         );
         probes.probe();
         let mut cmd = Command::new(&exe);
-        cmd.args(["bench", "model", "--json", "--no-report", "--model"])
+        cmd.args(["model", "--json", "--model"])
             .arg(file)
             .args(["--kv-cache", &args.kv_cache])
             .args(&common);
-        ours = Some(best(ours, run_json(cmd, "rag bench model")?));
+        ours = Some(best(ours, run_json(cmd, "rag-bench model")?));
         let mut cmd = Command::new(&args.python);
         cmd.arg(peer_script("llamacpp_bench.py")?)
             .arg("--model")

@@ -1,4 +1,4 @@
-//! `rag bench answers`: end-to-end answer quality and latency of `rag ask` per model on a
+//! `rag-bench answers`: end-to-end answer quality and latency of `rag ask` per model on a
 //! question set with expected facts (how the default model is chosen).
 //!
 //! A question counts as answered when, for every expected fact, at least one of its
@@ -8,7 +8,7 @@
 //! ("not mentioned", "no information", ...) and may forbid strings a made-up answer would
 //! contain (a currency sign for a price).
 
-use crate::bench_report;
+use crate::{bench_report, data_files};
 use anyhow::{Context, Result};
 use rag::assistant::{AskOptions, Assistant, AssistantOptions};
 use rag::IndexOptions;
@@ -18,8 +18,11 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Folder the questions are about (default: the repository's sample corpus, relative
+    /// to the current directory).
     #[arg(long, default_value = "examples/sample-corpus")]
     pub corpus: PathBuf,
+    /// Questions, JSONL (default: the repository's set, relative to the current directory).
     #[arg(long, default_value = "bench/answers/questions.jsonl")]
     pub questions: PathBuf,
     /// Comma-separated model names or GGUF paths.
@@ -35,9 +38,8 @@ pub struct Args {
     /// Print every answer.
     #[arg(long)]
     pub verbose: bool,
-    /// Do not touch BENCHMARKS.md.
-    #[arg(long)]
-    pub no_write: bool,
+    #[command(flatten)]
+    pub report: bench_report::ReportArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -89,6 +91,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    data_files::require(&a.corpus, "--corpus")?;
+    data_files::require(&a.questions, "--questions")?;
     let text = std::fs::read_to_string(&a.questions)
         .with_context(|| format!("reading {}", a.questions.display()))?;
     let questions: Vec<Question> = text
@@ -215,8 +219,9 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         print!("{table}");
     }
-    if !a.no_write {
-        bench_report::write_section(
+    if let Some(path) = &a.report.file {
+        bench_report::write_section_in(
+            path,
             "answers",
             "Answer quality on the sample corpus (default model choice)",
             &table,

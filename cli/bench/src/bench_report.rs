@@ -1,9 +1,23 @@
-//! Shared plumbing for `rag bench ...`: the machine description and the BENCHMARKS.md
-//! section writer. Each benchmark owns one section between markers, so a re-run replaces
-//! its own table and leaves the others alone.
+//! Shared plumbing for `rag-bench`: the machine description and the Markdown section
+//! writer. Each benchmark owns one section between markers, so a re-run replaces its own
+//! table and leaves the others alone. Reports are written only where `--report` says.
 
 use anyhow::{Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// `--report FILE`, flattened into every benchmark that writes a section.
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// Also write the results into this Markdown file (e.g. BENCHMARKS.md), as this
+    /// benchmark's section between its markers: a re-run replaces its own section and
+    /// keeps the rest of the file. Without it no file is written.
+    #[arg(long = "report", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// `--no-report` / `--no-write`, accepted so recorded command lines still run: without
+    /// `--report` nothing is written.
+    #[arg(long, alias = "no-write", hide = true, conflicts_with = "file")]
+    no_report: bool,
+}
 
 /// "AMD EPYC (family 26 model 2), 2 hardware threads" from /proc/cpuinfo, or a generic
 /// fallback. Family and model tell CPU generations apart that share a model name (a
@@ -78,15 +92,11 @@ fn shown_command(env: &str, args: &[String]) -> String {
             false => a.clone(),
         })
         .collect();
-    format!("{env}rag {}", quoted.join(" "))
+    format!("{env}rag-bench {}", quoted.join(" "))
 }
 
-/// Replace (or append) the section `key` of BENCHMARKS.md in the current directory with
-/// `body`, stamped with the command, machine and date.
-pub fn write_section(key: &str, title: &str, body: &str) -> Result<()> {
-    write_section_in(Path::new("BENCHMARKS.md"), key, title, body)
-}
-
+/// Replace (or append) the section `key` of the Markdown file `path` with `body`, stamped
+/// with the command, machine and date.
 pub fn write_section_in(path: &Path, key: &str, title: &str, body: &str) -> Result<()> {
     let begin = format!("<!-- bench:{key}:begin -->");
     let end = format!("<!-- bench:{key}:end -->");
@@ -111,18 +121,13 @@ mod tests {
 
     #[test]
     fn shown_command_quotes_spaced_arguments_and_keeps_the_isa() {
-        let args = [
-            "bench",
-            "vs-llamacpp",
-            "--peer-build",
-            "GGML_AVX2=ON, no AVX-512",
-        ];
+        let args = ["vs-llamacpp", "--peer-build", "GGML_AVX2=ON, no AVX-512"];
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         assert_eq!(
             shown_command("RAG_ISA=avx2 ", &args),
-            "RAG_ISA=avx2 rag bench vs-llamacpp --peer-build \"GGML_AVX2=ON, no AVX-512\""
+            "RAG_ISA=avx2 rag-bench vs-llamacpp --peer-build \"GGML_AVX2=ON, no AVX-512\""
         );
-        assert_eq!(shown_command("", &args[..2]), "rag bench vs-llamacpp");
+        assert_eq!(shown_command("", &args[..1]), "rag-bench vs-llamacpp");
     }
 
     #[test]

@@ -1,0 +1,163 @@
+//! `rag-bench` as a developer runs it: the benchmarks are its subcommands, results go to
+//! stdout and into a Markdown file only when `--report FILE` names one (never into the
+//! current directory by default), and a missing data file is an error naming its flag.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bench(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rag-bench"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn help_lists_every_benchmark() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = ok(bench(dir.path(), &["--help"]));
+    for cmd in [
+        "model",
+        "vs-llamacpp",
+        "specdec",
+        "prefill",
+        "retrieval",
+        "answers",
+        "conversations",
+    ] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(cmd)),
+            "{cmd} missing from:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn prefill_writes_a_report_only_where_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["prefill", "--backend", "sim", "--prompt-tokens", "512"];
+    let table = ok(bench(dir.path(), &args));
+    assert!(table.contains("progressive"), "{table}");
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "{:?}",
+        files_in(dir.path())
+    );
+
+    let json: Value =
+        serde_json::from_str(&ok(bench(dir.path(), &[&args[..], &["--json"]].concat()))).unwrap();
+    assert_eq!(json["prompt_tokens"], 512);
+    assert!(json["schedules"]["optimal"]["ttft_ms"].as_f64().unwrap() > 0.0);
+
+    let report = dir.path().join("reports/prefill.md");
+    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    std::fs::write(&report, "# Mine\n\nkept\n").unwrap();
+    ok(bench(
+        dir.path(),
+        &[&args[..], &["--report", report.to_str().unwrap()]].concat(),
+    ));
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.starts_with("# Mine\n\nkept"), "{text}");
+    assert!(
+        text.contains("Command: `rag-bench prefill --backend sim --prompt-tokens 512 --report "),
+        "{text}"
+    );
+    assert_eq!(files_in(dir.path()), ["reports"]);
+}
+
+#[test]
+fn a_missing_data_file_names_its_flag() {
+    // The defaults are relative to the current directory: an empty one has none of them.
+    let dir = tempfile::tempdir().unwrap();
+    for (args, flag) in [
+        (
+            &["answers"][..],
+            "--corpus examples/sample-corpus: not found",
+        ),
+        (
+            &["retrieval", "--corpus", "."][..],
+            "--questions bench/retrieval/questions.jsonl: not found",
+        ),
+        (
+            &["conversations", "--corpus", "."][..],
+            "--conversations bench/conversations/two_turn.jsonl: not found",
+        ),
+        (
+            &["specdec", "--model", "smollm2-135m"][..],
+            "--dataset ../shared/data/spec_bench/question.jsonl: not found",
+        ),
+    ] {
+        let out = bench(dir.path(), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(flag),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(files_in(dir.path()).is_empty());
+}
+
+#[test]
+fn model_json_has_the_documented_fields() {
+    if rag::models::resolve("smollm2-135m").is_err() {
+        assert!(
+            std::env::var_os("RAG_SKIP_MODEL_TESTS").is_some(),
+            "smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "model",
+        "--model",
+        "smollm2-135m",
+        "--reps",
+        "1",
+        "--decode-tokens",
+        "4",
+        "--threads",
+        "2",
+        "--json",
+    ];
+    let out = ok(bench(dir.path(), &args));
+    let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap();
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["model"], "smollm2-135m.gguf");
+    assert_eq!(v["threads"], 2);
+    for (field, keys) in [
+        ("prefill_tok_s", &["128", "512"][..]),
+        ("decode_tok_s", &["0", "1000"][..]),
+        ("verify_ms", &["1", "64"][..]),
+    ] {
+        for k in keys {
+            assert!(v[field][k].as_f64().unwrap() > 0.0, "{field}.{k}: {v}");
+        }
+    }
+    assert!(v["peak_rss_mb"].as_f64().unwrap() > 0.0);
+    assert!(v["isa"].is_string());
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "{:?}",
+        files_in(dir.path())
+    );
+}
