@@ -1,21 +1,19 @@
-//! The schedules executed on the QNN HTP emulator, where a switch is a real `contextFree`
-//! of the G1 context and `contextCreateFromBinary` of the G2 one. CI scale: SmolLM2 in 2
-//! blocks, chunks of 32 tokens on G1 and G2 graphs of 16 rows (a chunk on G2 is two runs),
-//! a 64-token prompt (two full chunks), 96 KV slots. Warm-up must measure non-zero loads,
-//! frees and the context binaries' memory. The prefill output (logits and every KV row)
-//! and the first decode step must be bit-identical to sync's (all prefill on G1, switches
-//! after it) for async, the paper's greedy (which computes 3 of the 4 steps on G2, among
-//! them a full chunk of the first block) and the exact optimum. G2 graphs of fewer than 16
-//! rows (less precise HTP code) are refused.
+//! The schedules executed on the QNN HTP emulator through a `Session<QnnBackend>`'s own
+//! graphs (`Session::prefill_planned`), where a switch is a real `contextFree` of the G1
+//! context and `contextCreateFromBinary` of the G2 one. CI scale: SmolLM2 in 2 blocks,
+//! chunks of 32 tokens on G1 and G2 graphs of 16 rows (a chunk on G2 is two runs), a
+//! 64-token prompt (two full chunks), 96 KV slots. Warm-up (`Session::profile_forms`) must
+//! measure non-zero loads, frees and the context binaries' memory. The prefill output
+//! (logits and every KV row) and the first decode step must be bit-identical to sync's
+//! (all prefill on G1, switches after it) for async, the paper's greedy (which computes 3
+//! of the 4 steps on G2, among them a full chunk of the first block) and the exact optimum.
 
 mod common;
 use common::{qnn_available, smollm2};
-use npu_runtime::qnn::BinaryCache;
-use npu_runtime::schedule::exec::execute;
-use npu_runtime::schedule::qnn::QnnExecutor;
+use npu_runtime::qnn::{BinaryCache, QnnBackend};
 use npu_runtime::schedule::sim::{EventKind, Unit};
-use npu_runtime::schedule::warmup::{warmup_profile, WarmupConfig};
 use npu_runtime::schedule::{Form, Instance, ScheduleKind};
+use npu_runtime::session::{argmax, Session, SessionOptions};
 use std::time::Instant;
 
 #[test]
@@ -25,10 +23,21 @@ fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
     }
     let Some(model) = smollm2() else { return };
     let t0 = Instant::now();
-    let cache = || Some(BinaryCache::new(BinaryCache::default_dir()));
-    let refused = QnnExecutor::new_qnn(model.clone(), 2, 32, 8, 96, cache());
-    assert!(refused.is_err_and(|e| e.to_string().contains("at least 16 rows")));
-    let exec = QnnExecutor::new_qnn(model.clone(), 2, 32, 16, 96, cache()).unwrap();
+    let backend = QnnBackend::new(
+        model.clone(),
+        96,
+        Some(BinaryCache::new(BinaryCache::default_dir())),
+    )
+    .unwrap();
+    let opts = SessionOptions {
+        kv_capacity: 96,
+        prefill_chunk: 32,
+        max_verify: 16,
+        min_verify: 16,
+        blocks: 2,
+        ..SessionOptions::default()
+    };
+    let mut s = Session::with_backend(backend, model.clone(), opts).unwrap();
     eprintln!(
         "compile (or cache read): {:.1} s",
         t0.elapsed().as_secs_f64()
@@ -37,23 +46,8 @@ fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
     let prompt: Vec<u32> = (0..64u32).map(|i| (i * 7919 + 13) % vocab).collect();
 
     // Warm-up on the first chunk: real loads and frees, memory of the context binaries.
-    exec.set_prompt(&prompt[..32]).unwrap();
-    exec.reset_forms().unwrap();
     let t1 = Instant::now();
-    let profile = warmup_profile(
-        &exec,
-        &WarmupConfig {
-            model: "smollm2-135m".into(),
-            backend: "qnn".into(),
-            machine: "test".into(),
-            chunk_tokens: 32,
-            g2_tokens: 16,
-            layers: exec.layer_labels(),
-            reps: 1,
-            switch_needed: true,
-        },
-    )
-    .unwrap();
+    let profile = s.profile_forms("smollm2-135m", "test", 1).unwrap();
     eprintln!(
         "warm-up: {:.1} s\n{}",
         t1.elapsed().as_secs_f64(),
@@ -70,14 +64,15 @@ fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
         );
     }
 
-    exec.set_prompt(&prompt).unwrap();
-    let (n, c) = (exec.n_blocks(), exec.n_chunks());
-    assert_eq!((n, c), (2, 2));
+    let (n, c) = (2, 2);
     // Sync (everything on G1, then the switches) is the reference: the run without
     // switching during prefill. The paper's greedy, on an instance where loads are cheap
     // enough to start in the first chunk, computes steps on G2.
     let inst = Instance::uniform(n, c, 10, 11, 15, 1, 5);
     let mut reference: Option<(Vec<f32>, Vec<f32>, Vec<f32>)> = None;
+    let decode = |s: &mut Session<QnnBackend>, logits: &[f32]| {
+        s.decode_step(argmax(logits)).unwrap().to_vec()
+    };
     let mut g2_steps = Vec::new();
     let kinds = [
         ScheduleKind::Sync,
@@ -87,12 +82,12 @@ fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
     ];
     for kind in kinds {
         let plan = kind.plan(&inst).unwrap();
-        exec.reset_forms().unwrap();
-        let rep = execute(&exec, n, c, &plan, false).unwrap();
-        let (logits, kv) = exec.output();
+        let (rep, logits) = s.prefill_planned(&prompt, &plan, false).unwrap();
+        let kv = s.export_kv(prompt.len()).unwrap();
+        let first = decode(&mut s, &logits);
         assert!(logits.iter().all(|x| x.is_finite()) && logits.iter().any(|&x| x != 0.0));
         let (ref_logits, ref_kv, ref_decode) = reference
-            .get_or_insert_with(|| (logits.clone(), kv.clone(), exec.decode_logits()))
+            .get_or_insert_with(|| (logits.clone(), kv.clone(), first.clone()))
             .clone();
         let worst = logits
             .iter()
@@ -105,7 +100,7 @@ fn qnn_switches_are_real_and_leave_the_prefill_output_unchanged() {
             kind.name()
         );
         assert!(kv == ref_kv, "{}: KV cache differs", kind.name());
-        assert!(exec.decode_logits() == ref_decode, "{}", kind.name());
+        assert!(first == ref_decode, "{}", kind.name());
         // Every block was freed and reloaded, for real and with measurable duration.
         for b in 0..n {
             let ev = |want: fn(&EventKind, usize) -> bool| {

@@ -2,13 +2,14 @@
 //! progressive, progressive-wc, progressive-ls, optimal), simulated from a profile or run on a backend.
 
 use anyhow::{bail, Context};
+use npu_runtime::backend::Backend;
 use npu_runtime::schedule::choose::{
     block_layers, choose, default_block_counts, LayoutChoice, Overheads, DEFAULT_CHUNKS,
 };
-use npu_runtime::schedule::graph_exec::{FormBackend, GraphExecutor};
 use npu_runtime::schedule::instance::ns_to_ms;
 use npu_runtime::schedule::{choose, exact};
 use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Metrics, Profile, ScheduleKind};
+use npu_runtime::session::{Session, SessionOptions};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -53,7 +54,7 @@ pub struct Args {
     /// first layout profiled uses 128 on cpu, 16 on qnn).
     #[arg(long)]
     chunk: Option<usize>,
-    /// cpu/qnn: tokens per G2 run, the decode/verify shape (default 32 on cpu; on qnn the chunk: the QNN executor requires G2 = chunk).
+    /// cpu/qnn: tokens per G2 run, the decode/verify shape (default 32 on cpu, 16 on qnn; at least 16 on qnn, and it must divide the chunk).
     #[arg(long)]
     g2: Option<usize>,
     /// cpu/qnn: chunk sizes the warm-up may choose from (comma-separated; default
@@ -99,14 +100,14 @@ const CPU_DEFAULTS: RealDefaults = RealDefaults {
     reps: 3,
 };
 
-/// The HTP emulator runs a 15-layer block over a chunk in seconds: small shapes. On QNN the
-/// G2 form must compute a chunk in one run, as G1 does (`schedule::qnn`: otherwise the
-/// output depends on the schedule), so G2 = chunk = 16, the smallest precise HTP graph.
+/// The HTP emulator runs a 15-layer block over a chunk in seconds: small shapes. G2 is the
+/// smallest precise HTP graph (16 rows); a chunk runs on it as 16-row runs, with the same
+/// bits as one G1 run (slot attention, docs/qnn.md).
 const QNN_DEFAULTS: RealDefaults = RealDefaults {
     blocks: 2,
-    chunk: 16,
+    chunk: 32,
     g2: 16,
-    chunks: &[16],
+    chunks: &[32],
     measure: 1,
     warmup_reps: 1,
     reps: 1,
@@ -382,9 +383,21 @@ fn parse_chunks(s: &str) -> anyhow::Result<Vec<usize>> {
         .collect()
 }
 
+/// Session options of a layout: prefill graphs of `chunk` rows (G1), one decode graph of
+/// `g2` rows (G2).
+fn layout_options(n: usize, chunk: usize, g2: usize, kv_capacity: usize) -> SessionOptions {
+    SessionOptions {
+        kv_capacity,
+        prefill_chunk: chunk,
+        max_verify: g2,
+        min_verify: g2,
+        blocks: n,
+        ..SessionOptions::default()
+    }
+}
+
 /// Real execution on the CPU backend (see [`run_real`]).
 fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow::Result<()> {
-    use npu_runtime::schedule::cpu::CpuExecutor;
     let model = load_model(args)?;
     let m = model.clone();
     run_real(
@@ -394,7 +407,7 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
         &CPU_DEFAULTS,
         &model,
         "cpu",
-        &|n, c, g2, cap| Ok(CpuExecutor::new(m.clone(), n, c, g2, cap)?),
+        &|n, c, g2, cap| Ok(Session::new(m.clone(), layout_options(n, c, g2, cap))?),
     )
 }
 
@@ -402,8 +415,7 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
 /// compiled once and cached on disk (`qnn::BinaryCache`), so a switch is a real free of
 /// the G1 context and a load of the G2 context binary.
 fn run_qnn(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow::Result<()> {
-    use npu_runtime::qnn::BinaryCache;
-    use npu_runtime::schedule::qnn::QnnExecutor;
+    use npu_runtime::qnn::{BinaryCache, QnnBackend, MIN_PRECISE_ROWS};
     let model = load_model(args)?;
     let m = model.clone();
     run_real(
@@ -414,14 +426,20 @@ fn run_qnn(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
         &model,
         "qnn",
         &|n, c, g2, cap| {
-            Ok(QnnExecutor::new_qnn(
+            anyhow::ensure!(
+                g2 >= MIN_PRECISE_ROWS,
+                "on QNN the G2 graphs need at least {MIN_PRECISE_ROWS} rows (got {g2}): \
+                 smaller HTP graphs compute less precisely, so a chunk on G2 would differ \
+                 from the same chunk on G1"
+            );
+            let opts = layout_options(n, c, g2, cap);
+            opts.check(m.config())?;
+            let backend = QnnBackend::new(
                 m.clone(),
-                n,
-                c,
-                g2,
                 cap,
                 Some(BinaryCache::new(BinaryCache::default_dir())),
-            )?)
+            )?;
+            Ok(Session::with_backend(backend, m.clone(), opts)?)
         },
     )
 }
@@ -439,38 +457,30 @@ fn load_model(args: &Args) -> anyhow::Result<std::sync::Arc<npu_runtime::session
     )?)
 }
 
-/// An executor and its layout (blocks, chunk tokens).
-type Built<B> = ((usize, usize), GraphExecutor<B>);
+/// A session and its layout (blocks, chunk tokens).
+type Built<B> = ((usize, usize), Session<B>);
 
-type MakeExec<'a, B> = dyn Fn(usize, usize, usize, usize) -> anyhow::Result<GraphExecutor<B>> + 'a;
+/// Builds a session of (blocks, chunk, G2 rows, KV capacity): prefill graphs of `chunk`
+/// rows (G1), one decode graph of G2 rows (G2).
+type MakeSession<'a, B> = dyn Fn(usize, usize, usize, usize) -> anyhow::Result<Session<B>> + 'a;
 
 /// Real execution: warm-up profiles (cached per model, backend, machine and layout), the
 /// layout chosen from them (measured by warm-up, see `schedule::choose::choose_measured`)
 /// unless `--blocks` and `--chunk` fix it, then every schedule planned from that layout's
 /// profile and executed with the background loader; the prefill output must be identical.
 #[allow(clippy::too_many_arguments)]
-fn run_real<B: FormBackend>(
+fn run_real<B: Backend>(
     args: &Args,
     budget: MemoryBudget,
     kinds: &[ScheduleKind],
     d: &RealDefaults,
     model: &std::sync::Arc<npu_runtime::session::Model>,
     backend: &str,
-    make: &MakeExec<'_, B>,
-) -> anyhow::Result<()>
-where
-    B::Graph: Send,
-{
-    use npu_runtime::schedule::exec::{execute, execute_ideal};
+    make: &MakeSession<'_, B>,
+) -> anyhow::Result<()> {
     use npu_runtime::schedule::profile::{cache_dir, cache_path, machine_id};
-    use npu_runtime::schedule::warmup::{warmup_profile, WarmupConfig};
     use std::cell::RefCell;
-    // On QNN G2 must equal the chunk (see QNN_DEFAULTS), so a given --chunk sets it too.
-    let g2 = match (args.g2, backend) {
-        (Some(g), _) => g,
-        (None, "qnn") => args.chunk.unwrap_or(d.g2),
-        (None, _) => d.g2,
-    };
+    let g2 = args.g2.unwrap_or(d.g2);
     let kv_cap = (args.prompt_tokens + g2 + 1).next_multiple_of(64);
     if kv_cap > model.config().ctx_len {
         bail!(
@@ -520,24 +530,11 @@ where
             }
         }
         exec_for(n, c)?;
-        let b = built.borrow();
-        let exec = &b.as_ref().expect("built").1;
-        exec.set_prompt(&prompt[..c.min(prompt.len())])?;
-        exec.reset_forms()?;
+        let mut b = built.borrow_mut();
+        let session = &mut b.as_mut().expect("built").1;
         let t = std::time::Instant::now();
-        let p = warmup_profile(
-            exec,
-            &WarmupConfig {
-                model: model_id.clone(),
-                backend: backend.into(),
-                machine: machine.clone(),
-                chunk_tokens: c,
-                g2_tokens: g2,
-                layers: exec.layer_labels(),
-                reps: warmup_reps,
-                switch_needed: true,
-            },
-        )?;
+        let mut p = session.profile_forms(&model_id, &machine, warmup_reps)?;
+        p.backend = backend.into();
         p.save(&path)?;
         eprintln!(
             "warm-up of {n} blocks x {c} tokens: {:.1} s, cached at {}",
@@ -557,6 +554,14 @@ where
         (None, Some(list)) => parse_chunks(list)?,
         (None, None) => d.chunks.to_vec(),
     };
+    // A chunk no larger than G2 has no second form to switch to.
+    let chunks: Vec<usize> = chunks
+        .into_iter()
+        .filter(|&c| c > g2 && c % g2 == 0)
+        .collect();
+    if chunks.is_empty() {
+        bail!("no chunk size is a multiple of the G2 size {g2} larger than it");
+    }
     let base = match &args.profile {
         Some(p) => Profile::load(p)?,
         None => profile_of(
@@ -607,20 +612,21 @@ where
         profile_of(n_run, c_run)?
     };
     exec_for(n_run, c_run)?;
-    let b = built.borrow();
-    let exec = &b.as_ref().expect("built").1;
-    if profile.n_blocks() != exec.n_blocks() || profile.chunk_tokens != c_run {
+    let mut b = built.borrow_mut();
+    let session = &mut b.as_mut().expect("built").1;
+    let n = session.block_labels().len();
+    if profile.n_blocks() != n || profile.chunk_tokens != c_run {
         bail!(
-            "profile has {} blocks x {} tokens, the executor {} x {}",
+            "profile has {} blocks x {} tokens, the session {n} x {c_run}",
             profile.n_blocks(),
             profile.chunk_tokens,
-            exec.n_blocks(),
-            c_run
         );
     }
     let inst = Instance::from_profile(&profile, args.prompt_tokens, budget)?;
-    exec.set_prompt(&prompt)?;
-    let (n, c) = (exec.n_blocks(), exec.n_chunks());
+    let c = prompt.len().div_ceil(c_run);
+    let output = |s: &mut Session<B>, logits: Vec<f32>| -> anyhow::Result<_> {
+        Ok((logits, s.export_kv(prompt.len())?))
+    };
     let double = inst.double_resident();
     let reps = args.reps.unwrap_or(d.reps).max(1);
     let median_of = |mut runs: Vec<npu_runtime::schedule::exec::ExecReport>| {
@@ -629,13 +635,14 @@ where
     };
     // The ideal: every G2 form already resident, nothing switches.
     let mut ideal_runs = Vec::new();
+    let mut reference = None;
     for _ in 0..reps {
-        exec.reset_forms()?;
-        exec.load_all()?;
-        ideal_runs.push(execute_ideal(exec, n, c)?);
+        let (r, logits) = session.prefill_ideal(&prompt)?;
+        ideal_runs.push(r);
+        reference = Some(output(session, logits)?);
     }
     let ideal = median_of(ideal_runs);
-    let reference = exec.output();
+    let reference = reference.expect("at least one repetition");
     let mut results = Vec::new();
     let mut mismatches: Vec<String> = Vec::new();
     for &k in kinds {
@@ -650,9 +657,9 @@ where
         };
         let mut runs = Vec::new();
         for _ in 0..reps {
-            exec.reset_forms()?;
-            runs.push(execute(exec, n, c, &plan, double)?);
-            let out = exec.output();
+            let (r, logits) = session.prefill_planned(&prompt, &plan, double)?;
+            runs.push(r);
+            let out = output(session, logits)?;
             if out != reference {
                 let diff = |a: &[f32], b: &[f32]| {
                     a.iter()

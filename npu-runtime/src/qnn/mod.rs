@@ -18,3 +18,7 @@ pub use graph::{
     WeightFormat,
 };
 pub use library::{lib_dir, libs_present, runtime, QnnRuntime};
+
+/// Graphs of fewer rows than this compile to less precise HTP code (docs/qnn.md), so a
+/// chunk computed on them would differ from the same chunk on a larger graph.
+pub const MIN_PRECISE_ROWS: usize = 16;

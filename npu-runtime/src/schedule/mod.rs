@@ -15,24 +15,20 @@
 //! - [`improve`]: `progressive-ls`, the greedy's plans improved by local search.
 //! - [`exact`]: the exact solver for small instances (the problem is NP-hard).
 //! - [`sim`]: the discrete-event simulator that executes a plan against an instance.
-//! - [`exec`]: the same plans driving a real backend through [`exec::ScheduleExecutor`].
-//! - [`graph_exec`]: the executor over any runtime backend (both forms of every block
-//!   compiled up front; a switch is the backend's unload + load).
-//! - [`cpu`], [`qnn`]: that executor on the CPU and on the QNN HTP backend.
+//! - [`exec`]: the same plans driving a real backend through [`exec::ScheduleExecutor`]
+//!   (implemented by `session::Session`'s graphs, on any backend:
+//!   `session/switching.rs`).
 //! - [`warmup`]: backend-agnostic warm-up profiling through the same executor trait.
 //! - [`choose`]: the number of blocks and the chunk size, chosen from a profile by
 //!   predicting every candidate layout with the planner and the simulator.
 
 pub mod choose;
-pub mod cpu;
 pub mod exact;
 pub mod exec;
-pub mod graph_exec;
 pub mod improve;
 pub mod instance;
 pub mod plan;
 pub mod profile;
-pub mod qnn;
 pub mod sim;
 pub mod warmup;
 

@@ -579,6 +579,9 @@ impl<B: Backend> Session<B> {
     /// on the smallest graph that holds it.
     fn prefill_plain(&mut self, tokens: &[u32], topk: usize) -> Result<usize> {
         let topk = self.begin_prefill(tokens, topk)?;
+        if self.forms != Forms::All {
+            self.set_forms(Forms::All)?;
+        }
         let v = self.model.vocab_size();
         let runs = self.prefill_runs(tokens.len());
         let rows = if topk > 0 {
@@ -797,6 +800,9 @@ impl<B: Backend> Session<B> {
             });
         }
         let topk = self.begin_prefill(tokens, topk)?;
+        if self.forms != Forms::All {
+            self.set_forms(Forms::All)?;
+        }
         let c = self.model.config().clone();
         let (v, e) = (c.vocab_size, c.n_embd);
         for r in &mut self.topk {

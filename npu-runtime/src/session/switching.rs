@@ -15,10 +15,10 @@ use crate::attention::BatchMask;
 use crate::backend::{Backend, BlockIo, LogitsRows, PAD_TOKEN};
 use crate::error::{Result, RuntimeError};
 use crate::kv_cache::KvCache;
-use crate::schedule::exec::{execute, ScheduleExecutor};
+use crate::schedule::exec::{execute, execute_ideal, ExecReport, ScheduleExecutor};
 use crate::schedule::sim::{EventKind, Unit};
 use crate::schedule::warmup::{warmup_profile, WarmupConfig};
-use crate::schedule::{Form, Instance, MemoryBudget, Profile, ScheduleError, ScheduleKind};
+use crate::schedule::{Form, Instance, MemoryBudget, Plan, Profile, ScheduleError, ScheduleKind};
 use crate::session::Model;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -265,6 +265,9 @@ impl<B: Backend> ScheduleExecutor for SessionForms<'_, B> {
         // scratch slot (not committed) and its logits are not kept.
         let mut guard = lock(&self.state);
         let st = &mut *guard;
+        let v = self.model.vocab_size();
+        let row = st.last_row * v;
+        let kept = st.logits[row..row + v].to_vec();
         st.tokens[0] = self.prompt[0];
         let n_past = st.kv.n_past();
         let n_blocks = self.blocks.len();
@@ -279,6 +282,8 @@ impl<B: Backend> ScheduleExecutor for SessionForms<'_, B> {
             self.run(st, g, (0, 1, shape), n_past, b + 1 == n_blocks, 0)
                 .map_err(rt)?;
         }
+        st.logits[..v].copy_from_slice(&kept);
+        st.last_row = 0;
         Ok(())
     }
 
@@ -549,6 +554,9 @@ impl<B: Backend> Session<B> {
     pub(super) fn ensure_decode_forms(&mut self) -> Result<()> {
         match self.forms {
             Forms::All | Forms::Decode => Ok(()),
+            Forms::Prefill | Forms::Unknown if self.switching.is_none() => {
+                self.set_forms(Forms::All)
+            }
             Forms::Prefill | Forms::Unknown => self.set_forms(Forms::Decode),
         }
     }
@@ -650,5 +658,66 @@ impl<B: Backend> Session<B> {
         report.decode_graph_steps = exec.forms.iter().filter(|&&f| f == Form::G2).count();
         state.report = Some(report);
         Ok(last)
+    }
+
+    /// Prefills `tokens` from an empty context under `plan`, starting with the prefill
+    /// graphs resident (`double_resident`: each block's decode graphs load beside them,
+    /// which are freed after the first decode step), then times one decode step, as
+    /// `schedule::exec::execute` defines. Returns the timeline and the last prompt
+    /// position's logits. For `rag-bench prefill`, which compares plans.
+    pub fn prefill_planned(
+        &mut self,
+        tokens: &[u32],
+        plan: &Plan,
+        double_resident: bool,
+    ) -> Result<(ExecReport, Vec<f32>)> {
+        self.require_two_forms()?;
+        self.truncate(0)?;
+        self.set_forms(Forms::Prefill)?;
+        self.begin_prefill(tokens, 0)?;
+        let (n, c) = self.plan_shape(tokens);
+        let view = self.forms_view(tokens, 0, true);
+        let report = execute(&view, n, c, plan, double_resident);
+        drop(view);
+        self.finish_bench_prefill(report, Forms::Decode)
+    }
+
+    /// [`Session::prefill_planned`]'s ideal: every form resident, every step on the
+    /// prefill graphs, nothing switches.
+    pub fn prefill_ideal(&mut self, tokens: &[u32]) -> Result<(ExecReport, Vec<f32>)> {
+        self.require_two_forms()?;
+        self.truncate(0)?;
+        self.set_forms(Forms::All)?;
+        self.begin_prefill(tokens, 0)?;
+        let (n, c) = self.plan_shape(tokens);
+        let view = self.forms_view(tokens, 0, true);
+        let report = execute_ideal(&view, n, c);
+        drop(view);
+        self.finish_bench_prefill(report, Forms::All)
+    }
+
+    /// (blocks, chunks) of a prefill of `tokens`.
+    fn plan_shape(&self, tokens: &[u32]) -> (usize, usize) {
+        let n = self.shapes.first().map_or(0, |s| s.graphs.len());
+        (n, tokens.len().div_ceil(self.opts.prefill_chunk))
+    }
+
+    fn finish_bench_prefill(
+        &mut self,
+        report: crate::schedule::Result<ExecReport>,
+        forms: Forms,
+    ) -> Result<(ExecReport, Vec<f32>)> {
+        self.topk.clear();
+        match report {
+            Ok(r) => {
+                self.forms = forms;
+                Ok((r, self.logits[..self.model.vocab_size()].to_vec()))
+            }
+            Err(e) => {
+                self.forms = Forms::Unknown;
+                self.kv.truncate(0)?;
+                Err(sched_err(e))
+            }
+        }
     }
 }
