@@ -455,6 +455,65 @@ fn generate_caches_repacked_weights_unless_told_not_to() {
 /// speculative decoding on the 16-row verify graphs of the HTP emulator; the answer comes
 /// with its sources. Small on purpose (one source, 4 tokens): emulation is slow. The graph
 /// shapes match `tests/tests/qnn_speculative.rs`, so the two share compiled graphs.
+/// A residency budget that holds one form of every block: the prefill switches graphs
+/// progressively (reported under `switching`), and the tokens are the ones every graph
+/// resident gives, with plain greedy steps and with speculative decoding; a budget below
+/// one form is a clear error.
+#[test]
+fn a_residency_budget_switches_graphs_without_changing_the_answer() {
+    if !model_available() {
+        return;
+    }
+    let profiles = tempfile::tempdir().unwrap();
+    // ~270 tokens: three prefill chunks of 128.
+    let prompt = "The capital of France is Paris. The capital of Germany is Berlin. ".repeat(18);
+    let generate = |extra: &[&str]| -> Value {
+        let mut c = rag(&["generate", "--prompt", &prompt, "--max-tokens", "12"]);
+        c.args(["--threads", "2", "--json"])
+            .args(extra)
+            .env("RAG_PROFILE_DIR", profiles.path());
+        serde_json::from_slice(&run_ok(&mut c).stdout).unwrap()
+    };
+    let resident = generate(&[]);
+    assert!(resident["switching"].is_null(), "{resident}");
+    for spec in ["none", "sdnpu"] {
+        let v = generate(&["--npu-memory-mb", "5", "--spec", spec]);
+        assert_eq!(v["tokens"], resident["tokens"], "--spec {spec}: {v}");
+        let sw = &v["switching"];
+        assert_eq!(sw["schedule"], "progressive-ls", "{v}");
+        assert_eq!(sw["switches"], 1, "one block on the CPU: {v}");
+        assert!(sw["stall_ms"].as_f64().unwrap() >= 0.0, "{v}");
+    }
+    let mut c = rag(&["generate", "--prompt", "Hi", "--npu-memory-mb", "1"]);
+    let out = c.env("RAG_PROFILE_DIR", profiles.path()).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot hold one form of every block"), "{err}");
+
+    // `rag ask` reports it in its timings.
+    let idx = tempfile::tempdir().unwrap();
+    index_sample(idx.path());
+    let mut c = rag(&[
+        "ask",
+        "How do I do a factory reset of the Kestrel K2 console?",
+        "--model",
+        "smollm2-135m",
+        "--no-dense",
+        "--max-tokens",
+        "4",
+        "--npu-memory-mb",
+        "5",
+        "--json",
+        "--index-dir",
+    ]);
+    c.arg(idx.path()).env("RAG_PROFILE_DIR", profiles.path());
+    let v: Value = serde_json::from_slice(&run_ok(&mut c).stdout).unwrap();
+    assert_eq!(
+        v["timings"]["switching"]["schedule"], "progressive-ls",
+        "{v}"
+    );
+}
+
 #[test]
 fn ask_on_the_qnn_backend_answers_with_sources() {
     if !model_available() {
