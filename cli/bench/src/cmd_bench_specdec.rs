@@ -248,18 +248,27 @@ pub fn run(args: Args) -> Result<()> {
     let kv = (longest + args.max_tokens + args.max_verify + 8).min(model.config().ctx_len);
     let precision = rag_cli::kv_precision(&args.kv_cache)?;
     let backend = args.backend.choice()?;
+    let budget = args.backend.npu_memory_mb;
     let mut session: Box<dyn Engine> = match &backend {
-        rag::engine::BackendChoice::Cpu => Box::new(Session::new(
-            model.clone(),
-            SessionOptions {
-                kv_capacity: kv,
-                max_verify: args.max_verify,
-                kv_precision: precision,
-                ..Default::default()
-            },
-        )?),
+        rag::engine::BackendChoice::Cpu => {
+            let d = SessionOptions::default();
+            let mut s = Session::new(
+                model.clone(),
+                SessionOptions {
+                    // Room for a switching warm-up's prefill chunk.
+                    kv_capacity: kv.max(d.prefill_chunk + args.max_verify + 1),
+                    max_verify: args.max_verify,
+                    kv_precision: precision,
+                    ..d
+                },
+            )?;
+            if let Some(mb) = budget {
+                rag::engine::enable_switching(&mut s, mb)?;
+            }
+            Box::new(s)
+        }
         // A static shape: rounded up so that runs on similar prompts share compiled graphs.
-        qnn => rag::engine::open(&model, qnn, kv.div_ceil(128) * 128, precision, None)?,
+        qnn => rag::engine::open(&model, qnn, kv.div_ceil(128) * 128, precision, budget)?,
     };
     let backend_tag = session.profile_tag();
     let max_verify = session.max_verify();
