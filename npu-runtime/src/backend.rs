@@ -11,8 +11,8 @@ use crate::kernels::matmul::{
 use crate::kernels::screen::{screened_argmax, ScreenScratch, SCREEN_MAX_TOKENS};
 use crate::kernels::{detected, matmul, MatmulScratch, ThreadPool};
 use crate::kv_cache::KvCache;
+use crate::model::Model;
 use crate::ops::{rms_norm, RopeLayout, RopeTable};
-use crate::session::Model;
 use graphs::config::RopeStyle;
 use graphs::ir::{BlockSpec, GraphShape};
 use std::sync::atomic::{AtomicU32, Ordering};

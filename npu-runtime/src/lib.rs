@@ -5,6 +5,7 @@ pub mod bert;
 pub mod error;
 pub mod kernels;
 pub mod kv_cache;
+pub mod model;
 pub mod model_path;
 pub mod ops;
 pub mod qnn;

@@ -11,7 +11,7 @@ use super::lower::{build_block, MASK_HIDDEN};
 use crate::backend::{Backend, BlockIo, GraphStats, LogitsRows};
 use crate::error::{Result, RuntimeError};
 use crate::kv_cache::KvCache;
-use crate::session::Model;
+use crate::model::Model;
 use graphs::ir::{BlockSpec, GraphShape};
 use half::f16;
 use std::sync::Arc;

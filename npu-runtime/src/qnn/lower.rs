@@ -37,7 +37,7 @@ use super::error::QnnResult;
 use super::ffi::Scalar;
 use super::graph::{DType, GraphBuilder, Param, Quant, TensorId, WeightFormat};
 use crate::kernels::QMatrix;
-use crate::session::Model;
+use crate::model::Model;
 use graphs::config::RopeStyle;
 use graphs::ir::{BlockSpec, GraphShape};
 use half::f16;

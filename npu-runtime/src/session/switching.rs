@@ -15,11 +15,11 @@ use crate::attention::BatchMask;
 use crate::backend::{Backend, BlockIo, LogitsRows, PAD_TOKEN};
 use crate::error::{Result, RuntimeError};
 use crate::kv_cache::KvCache;
+use crate::model::Model;
 use crate::schedule::exec::{execute, execute_ideal, ExecReport, ScheduleExecutor};
 use crate::schedule::sim::{EventKind, Unit};
 use crate::schedule::warmup::{warmup_profile, WarmupConfig};
 use crate::schedule::{Form, Instance, MemoryBudget, Plan, Profile, ScheduleError, ScheduleKind};
-use crate::session::Model;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
