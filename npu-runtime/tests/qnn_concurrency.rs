@@ -4,7 +4,7 @@
 //! `graphRetrieve`), executes it once and frees it (`contextFree`). Every result must equal
 //! the same graph's result computed alone, and no call may fail. With the default shared
 //! call lock QNN calls must have overlapped for real (the runtime counts the calls holding
-//! its lock at once); with `set_serial_calls(true)` (the session-3 process-wide lock) they
+//! its lock at once); with `set_serial_calls(true)` (one process-wide lock for every call) they
 //! never do.
 
 mod common;

@@ -9,8 +9,13 @@ use npu_runtime::schedule::{
 use std::sync::Mutex;
 use std::time::Duration;
 
-mod schedule_support;
-use schedule_support::load_list;
+/// Loads from `(block, release)` pairs.
+fn load_list(pairs: &[(usize, usize)]) -> Vec<npu_runtime::schedule::Load> {
+    pairs
+        .iter()
+        .map(|&(block, release)| npu_runtime::schedule::Load { block, release })
+        .collect()
+}
 
 #[derive(Default, Clone, Copy)]
 struct BlockState {

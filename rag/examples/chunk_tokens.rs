@@ -7,8 +7,8 @@
 //!
 //! Prints, over every chunk `rag index` would make: the real/estimated ratio (total and
 //! worst chunk), the largest chunk in real tokens, and how many chunks exceed the
-//! embedder's 256-token window. Chunks are cut by the estimate (what `rag index` did before
-//! session 5, and still does without an embedder), or with `--embedder` by the embedder's
+//! embedder's 256-token window. Chunks are cut by the estimate (what `rag index` did
+//! before, and still does without an embedder), or with `--embedder` by the embedder's
 //! own tokenizer and window (`Embedder::chunk_tokenizer`, what `rag index` does with one).
 
 use anyhow::{Context, Result};

@@ -6,7 +6,8 @@
 use anyhow::{Context, Result};
 use npu_runtime::backend::Backend;
 use npu_runtime::qnn::{BinaryCache, QnnBackend};
-use npu_runtime::schedule::profile::{cache_dir, cache_path, machine_id};
+use npu_runtime::schedule::machine_id;
+use npu_runtime::schedule::profile::{cache_dir, cache_path};
 use npu_runtime::schedule::{Profile, ScheduleKind};
 use npu_runtime::session::{
     self, GenerationStats, KvPrecision, Model, Session, SessionOptions, SwitchReport, Switching,

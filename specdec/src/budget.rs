@@ -165,7 +165,7 @@ pub type Predictions = [[f64; MAX_SIZES]; ARMS];
 /// budget accepts, calibrated per arm and budget against what such cuts really
 /// accepted (counterfactually, every step).
 ///
-/// Why per step and not per confidence bucket (session 5, replay on captured runs at
+/// Why per step and not per confidence bucket (replay on captured runs at
 /// three measured curves): a bucket's mean, shrunk towards the mean over all buckets,
 /// handed rarely seen buckets the large acceptances of the confident ones (bucket 3
 /// at 32 rows: 14.8 predicted, 0 accepted), and the controller lost to the best

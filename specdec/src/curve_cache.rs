@@ -101,7 +101,7 @@ impl CurveKey {
         Ok(CurveKey {
             model_fingerprint: model_fingerprint(model)?,
             threads,
-            machine: npu_runtime::schedule::profile::machine_id(),
+            machine: npu_runtime::schedule::machine_id(),
             engine: engine_version(),
         })
     }

@@ -194,7 +194,7 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
         chunk as f64 / (sum1 / 1e3),
         1.0 / (sum2 / 1e3)
     ));
-    let machine = profile::machine_id();
+    let machine = npu_runtime::schedule::machine_id();
     let prof = Profile {
         format: PROFILE_FORMAT.into(),
         model: name.into(),

@@ -478,7 +478,8 @@ fn run_real<B: Backend>(
     backend: &str,
     make: &MakeSession<'_, B>,
 ) -> anyhow::Result<()> {
-    use npu_runtime::schedule::profile::{cache_dir, cache_path, machine_id};
+    use npu_runtime::schedule::machine_id;
+    use npu_runtime::schedule::profile::{cache_dir, cache_path};
     use std::cell::RefCell;
     let g2 = args.g2.unwrap_or(d.g2);
     let kv_cap = (args.prompt_tokens + g2 + 1).next_multiple_of(64);
@@ -718,7 +719,7 @@ fn run_real<B: Backend>(
               switch is a real contextFree of G1 and contextCreateFromBinary of G2. Loads, \
               frees and executions of distinct contexts take the QNN runtime's lock shared, \
               so a switch overlaps the compute in flight (RAG_QNN_SERIAL_CALLS=1 makes every \
-              call exclusive again, as in session 3, when a switch could only be moved into \
+              call exclusive again, as when a switch could only be moved into \
               prefill)."
         }
     };

@@ -258,7 +258,7 @@ mod tests {
             ..d
         };
         let keys: Vec<String> = [s8, o3, o3s8, p16].iter().map(options_key).collect();
-        // The session-3 suffix of a precision/optimization setting is unchanged.
+        // The earlier suffix of a precision/optimization setting is unchanged.
         assert_eq!(keys[1], "-p9o3");
         for (i, a) in keys.iter().enumerate() {
             assert!(!a.is_empty());

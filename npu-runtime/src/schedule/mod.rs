@@ -1,60 +1,31 @@
-//! Progressive graph scheduling (sd.npu section 4.2, appendix A).
-//!
-//! A model is split into `N` blocks; a prompt into `C` prefill chunks. Every block has a
-//! prefill-shaped form (G1) and a decode-shaped form (G2). Prefill runs the (block, chunk)
-//! steps in chunk-major order on one compute unit; a background loader switches blocks from
-//! G1 to G2, one at a time. Running G2 repeatedly over sub-chunks gives the same result as
-//! one G1 run over the chunk, so a block may switch before prefill ends.
-//!
-//! - [`profile`]: per-block costs measured by warm-up profiling (or derived from a paper),
-//!   stored as JSON and cached per model, backend and machine.
-//! - [`instance`]: a profile turned into an exact integer-time problem for one prompt.
-//! - [`plan`]: a schedule (which block loads, in which order, released at which step) and the
-//!   planners: `sync`, `async`, `progressive` (the paper's greedy), `progressive-wc`,
-//!   `progressive-ls` and `optimal`.
-//! - [`improve`]: `progressive-ls`, the greedy's plans improved by local search.
-//! - [`exact`]: the exact solver for small instances (the problem is NP-hard).
-//! - [`sim`]: the discrete-event simulator that executes a plan against an instance.
-//! - [`exec`]: the same plans driving a real backend through [`exec::ScheduleExecutor`]
-//!   (implemented by `session::Session`'s graphs, on any backend:
-//!   `session/switching.rs`).
-//! - [`warmup`]: backend-agnostic warm-up profiling through the same executor trait.
-//! - [`choose`]: the number of blocks and the chunk size, chosen from a profile by
-//!   predicting every candidate layout with the planner and the simulator.
+//! Graph-switch scheduling for prefill. The planning (profiles, planners, simulator, exact
+//! solver, layout choice) is the `npu-schedule` crate, re-exported here; this module adds
+//! what runs a plan on a real backend: [`exec`] (compute on the calling thread, switches
+//! on a loader thread; `session::Session`'s graphs implement its executor trait) and
+//! [`warmup`] (profiling through the same trait).
 
-pub mod choose;
-pub mod exact;
+pub use npu_schedule::*;
+
 pub mod exec;
-pub mod improve;
-pub mod instance;
-pub mod plan;
-pub mod profile;
-pub mod sim;
 pub mod warmup;
 
-pub use instance::{Instance, MemoryBudget};
-pub use plan::{Form, Load, Plan, ScheduleKind};
-pub use profile::{BlockProfile, Profile};
-pub use sim::{simulate, Metrics, SimResult};
-
-/// Errors of the scheduling layer.
-#[derive(Debug, thiserror::Error)]
-pub enum ScheduleError {
-    #[error("invalid profile: {0}")]
-    Profile(String),
-    #[error("profile I/O error on {path}: {source}")]
-    Io {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("invalid plan: {0}")]
-    Plan(String),
-    #[error("instance too large for the exact solver: {0}")]
-    TooLarge(String),
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    #[error("executor failed: {0}")]
-    Executor(String),
+/// A stable identity of this machine as the kernels see it: CPU model name, logical CPU
+/// count and the kernels' instruction set (`RAG_ISA` changes every timing).
+pub fn machine_id() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    format!(
+        "{model} x{cpus} {}",
+        crate::kernels::simd::detected().name()
+    )
 }
-
-pub type Result<T> = std::result::Result<T, ScheduleError>;

@@ -512,7 +512,7 @@ pub fn choice_path(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::profile::PROFILE_FORMAT;
+    use crate::profile::PROFILE_FORMAT;
 
     /// 4 one-layer blocks, chunks of 32, G2 runs of 32 (so G1 and G2 cost the same).
     fn profile(g1_ms: f64, load_ms: f64) -> Profile {

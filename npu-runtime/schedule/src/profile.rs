@@ -223,24 +223,3 @@ fn sanitize(s: &str) -> String {
         t
     }
 }
-
-/// A stable identity of this machine as the kernels see it: CPU model name, logical CPU
-/// count and the kernels' instruction set (`RAG_ISA` changes every timing).
-pub fn machine_id() -> String {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    format!(
-        "{model} x{cpus} {}",
-        crate::kernels::simd::detected().name()
-    )
-}

@@ -1,8 +1,8 @@
 //! Instance builders shared by the scheduling tests (`schedule_*.rs`), so that a study such as
-//! `schedule_gap.rs` draws from exactly the distributions the other tests check.
+//! `gap.rs` draws from exactly the distributions the other tests check.
 #![allow(dead_code)]
 
-use npu_runtime::schedule::{Instance, Load};
+use npu_schedule::{Instance, Load};
 use proptest::prelude::*;
 
 /// xorshift64: a seeded generator the tests can replay without a dependency.
@@ -79,7 +79,7 @@ pub struct Bounds {
     pub decode_step: u64,
 }
 
-/// The bounds of `schedule_greedy.rs`'s proptest (also drawn, seeded, by `schedule_gap.rs`).
+/// The bounds of `greedy.rs`'s proptest (also drawn, seeded, by `gap.rs`).
 pub const GREEDY_BOUNDS: Bounds = Bounds {
     max_blocks: 5,
     max_chunks: 3,

@@ -1,15 +1,15 @@
 //! How far the heuristics are from the exact optimum, and the targets on the paper-derived
 //! phone profile.
 
-use npu_runtime::schedule::exact::solve;
-use npu_runtime::schedule::plan::{plan_async, plan_progressive, plan_progressive_wc, plan_sync};
-use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
+use npu_schedule::exact::solve;
+use npu_schedule::plan::{plan_async, plan_progressive, plan_progressive_wc, plan_sync};
+use npu_schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
 use proptest::prelude::*;
 
-mod schedule_support;
-use schedule_support::{arb_instance, load_list, paper_regime_instance, Rng, GREEDY_BOUNDS};
+mod support;
+use support::{arb_instance, load_list, paper_regime_instance, Rng, GREEDY_BOUNDS};
 
-fn span(inst: &Instance, plan: &npu_runtime::schedule::Plan) -> u64 {
+fn span(inst: &Instance, plan: &npu_schedule::Plan) -> u64 {
     simulate(inst, plan).unwrap().makespan()
 }
 
@@ -130,8 +130,8 @@ proptest! {
 /// step 20-30 ends without moving that step to G2).
 #[test]
 fn local_search_timeline_expensive_g2() {
-    use npu_runtime::schedule::sim::{Event, EventKind, Unit};
-    use npu_runtime::schedule::Form;
+    use npu_schedule::sim::{Event, EventKind, Unit};
+    use npu_schedule::Form;
     let inst = Instance::uniform(2, 2, 10, 30, 10, 0, 1);
     assert_eq!(span(&inst, &plan_progressive(&inst)), 100);
     let plan = ScheduleKind::ProgressiveLs.plan(&inst).unwrap();
@@ -185,7 +185,7 @@ fn local_search_timeline_expensive_g2() {
 /// over that bound; `progressive-ls` reaches it, and so does the exact solver.
 #[test]
 fn local_search_reaches_the_loader_bound_on_the_paper_profile_at_256() {
-    use npu_runtime::schedule::sim::{EventKind, Unit};
+    use npu_schedule::sim::{EventKind, Unit};
     let inst = Instance::from_profile(&Profile::paper_phone(), 256, MemoryBudget::OneFormPerBlock)
         .unwrap();
     assert_eq!((inst.n_blocks, inst.n_chunks), (7, 1));

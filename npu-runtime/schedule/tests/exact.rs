@@ -1,13 +1,13 @@
 //! The exact solver against brute force over every plan, on hand-made and random instances,
 //! including instances built from the paper's 2-Partition reduction.
 
-use npu_runtime::schedule::exact::solve;
-use npu_runtime::schedule::plan::plan_progressive;
-use npu_runtime::schedule::{simulate, Instance, Load, Plan};
+use npu_schedule::exact::solve;
+use npu_schedule::plan::plan_progressive;
+use npu_schedule::{simulate, Instance, Load, Plan};
 use proptest::prelude::*;
 
-mod schedule_support;
-use schedule_support::{load_list, Bounds};
+mod support;
+use support::{load_list, Bounds};
 
 /// Minimum makespan over every plan: all loader orders x all non-decreasing releases.
 fn brute_force(inst: &Instance) -> u64 {
@@ -109,7 +109,7 @@ fn loads_longer_than_any_window() {
 }
 
 fn partition_instance(items: &[u64]) -> (Instance, u64) {
-    let inst = schedule_support::partition_instance(items);
+    let inst = support::partition_instance(items);
     let ideal = inst.ideal_prefill();
     (inst, ideal)
 }
@@ -146,12 +146,12 @@ fn partition_no_instance_cannot_hide_them() {
 fn refuses_too_large_and_unsupported_instances() {
     assert!(solve(&Instance::uniform(13, 2, 10, 10, 5, 0, 1)).is_err());
     let mut inst = Instance::uniform(2, 2, 10, 10, 5, 0, 1);
-    inst.budget = npu_runtime::schedule::MemoryBudget::Bytes(100);
+    inst.budget = npu_schedule::MemoryBudget::Bytes(100);
     assert!(solve(&inst).is_err());
 }
 
 fn arb_instance(max_blocks: usize, max_chunks: usize) -> impl Strategy<Value = Instance> {
-    schedule_support::arb_instance(Bounds {
+    support::arb_instance(Bounds {
         max_blocks,
         max_chunks,
         g1: 40,

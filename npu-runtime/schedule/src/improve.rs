@@ -153,7 +153,7 @@ fn for_each_neighbour(inst: &Instance, cur: &Plan, trial: &mut Plan, f: &mut imp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::sim::simulate;
+    use crate::sim::simulate;
 
     fn lcg(seed: &mut u64) -> u64 {
         *seed = seed

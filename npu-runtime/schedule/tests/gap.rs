@@ -1,16 +1,14 @@
-//! Greedy vs the exact optimum on the session-4 instance set (docs/scheduling.md,
-//! "Session 4: greedy vs optimum, the instance set"). The full study is `#[ignore]`d (it
+//! Greedy vs the exact optimum on the instance set of docs/scheduling.md ("Greedy vs
+//! optimum: the instance set"). The full study is `#[ignore]`d (it
 //! reads the profiles cached on this machine and solves ~3200 instances exactly); run it with
-//! `cargo test -p npu-runtime --release --test schedule_gap -- --ignored --nocapture`.
+//! `cargo test -p npu-schedule --release --test gap -- --ignored --nocapture`.
 
-use npu_runtime::schedule::choose::{default_block_counts, rescale, Overheads, DEFAULT_CHUNKS};
-use npu_runtime::schedule::exact::{self, solve};
-use npu_runtime::schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
+use npu_schedule::choose::{default_block_counts, rescale, Overheads, DEFAULT_CHUNKS};
+use npu_schedule::exact::{self, solve};
+use npu_schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
 
-mod schedule_support;
-use schedule_support::{
-    paper_regime_instance, partition_instance, seeded_instance, Rng, GREEDY_BOUNDS,
-};
+mod support;
+use support::{paper_regime_instance, partition_instance, seeded_instance, Rng, GREEDY_BOUNDS};
 
 /// Shape of a profile: mean G1 step (ms), G2/G1 ratio, switch/step ratio, teardown share.
 #[derive(Clone, Copy, Debug)]
@@ -64,7 +62,7 @@ fn profile_family_instance(rng: &mut Rng, shapes: &[Shape]) -> Instance {
 }
 
 fn cached_profiles() -> Vec<(String, Profile)> {
-    let dir = npu_runtime::schedule::profile::cache_dir();
+    let dir = npu_schedule::profile::cache_dir();
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return out;
@@ -84,7 +82,7 @@ fn within_limits(inst: &Instance) -> bool {
     inst.n_blocks <= exact::MAX_BLOCKS && inst.n_steps() <= exact::MAX_STEPS
 }
 
-/// The session-4 instance set: (family, label, instance).
+/// The instance set: (family, label, instance).
 fn instance_set() -> Vec<(&'static str, String, Instance)> {
     let one = MemoryBudget::OneFormPerBlock;
     let mut set = Vec::new();
@@ -97,7 +95,7 @@ fn instance_set() -> Vec<(&'static str, String, Instance)> {
             Instance::from_profile(&paper, t, one).unwrap(),
         ));
     }
-    let n_layers: usize = npu_runtime::schedule::choose::block_layers(&paper)
+    let n_layers: usize = npu_schedule::choose::block_layers(&paper)
         .unwrap()
         .iter()
         .sum();
@@ -173,12 +171,12 @@ fn instance_set() -> Vec<(&'static str, String, Instance)> {
 }
 
 /// [busy compute, compute waiting for switches, stall after prefill] of a plan (ns).
-fn split(inst: &Instance, plan: &npu_runtime::schedule::Plan) -> [u64; 3] {
+fn split(inst: &Instance, plan: &npu_schedule::Plan) -> [u64; 3] {
     let sim = simulate(inst, plan).unwrap();
     let busy: u64 = sim
         .events
         .iter()
-        .filter(|e| e.unit == npu_runtime::schedule::sim::Unit::Compute)
+        .filter(|e| e.unit == npu_schedule::sim::Unit::Compute)
         .map(|e| e.end - e.start)
         .sum();
     [
@@ -300,9 +298,8 @@ fn study_gap_distribution() {
             stall += d[2];
             let top = (0..3).max_by(|&x, &y| d[x].total_cmp(&d[y])).unwrap();
             dominant[top] += 1;
-            let first = |p: &npu_runtime::schedule::Plan| {
-                p.loads.iter().map(|l| l.release).min().unwrap_or(0)
-            };
+            let first =
+                |p: &npu_schedule::Plan| p.loads.iter().map(|l| l.release).min().unwrap_or(0);
             earlier += usize::from(first(&plan) < first(&sol.plan));
         }
         if count > 0 {
@@ -329,7 +326,7 @@ fn study_gap_distribution() {
             let g2 = sim
                 .forms
                 .iter()
-                .filter(|f| **f == npu_runtime::schedule::Form::G2)
+                .filter(|f| **f == npu_schedule::Form::G2)
                 .count();
             println!(
                 "paper {t} tok {name}: busy {:.1} ms ({g2}/{} steps on G2), waiting {:.1} ms, stall {:.1} ms, makespan {:.1} ms; loads {:?}",
@@ -368,7 +365,7 @@ fn study_gap_distribution() {
 }
 
 /// Prints one instance of the set with every schedule's plan and timeline:
-/// `GAP_INSTANCE="family #586" cargo test ... --test schedule_gap show_instance -- --ignored --nocapture`.
+/// `GAP_INSTANCE="family #586" cargo test ... --test gap show_instance -- --ignored --nocapture`.
 #[test]
 #[ignore = "debugging aid for the study"]
 fn show_instance() {
@@ -396,7 +393,7 @@ fn show_instance() {
                 .iter()
                 .map(|l| (l.block, l.release))
                 .collect::<Vec<_>>(),
-            npu_runtime::schedule::sim::render(&sim.events)
+            npu_schedule::sim::render(&sim.events)
         );
     }
 }

@@ -1,11 +1,11 @@
 //! The simulator's timelines against schedules worked out by hand.
 
-use npu_runtime::schedule::plan::{plan_async, plan_progressive, plan_sync};
-use npu_runtime::schedule::sim::{simulate, EventKind, Unit};
-use npu_runtime::schedule::{Form, Instance, MemoryBudget, Plan};
+use npu_schedule::plan::{plan_async, plan_progressive, plan_sync};
+use npu_schedule::sim::{simulate, EventKind, Unit};
+use npu_schedule::{Form, Instance, MemoryBudget, Plan};
 
-mod schedule_support;
-use schedule_support::load_list;
+mod support;
+use support::load_list;
 
 /// Compute intervals as (block, chunk, form, start, end), in timeline order.
 fn computes(inst: &Instance, plan: &Plan) -> Vec<(usize, usize, Form, u64, u64)> {
@@ -184,7 +184,7 @@ fn double_residency_computes_on_g1_during_the_load() {
 fn partial_last_chunk_is_cheaper_on_g2() {
     // 300 tokens in chunks of 256 with G2 runs of 64: the second chunk has 44 tokens, one
     // G2 run (a quarter of a full chunk on G2) but a full padded G1 run.
-    let mut p = npu_runtime::schedule::Profile::paper_phone();
+    let mut p = npu_schedule::Profile::paper_phone();
     p.blocks.truncate(2);
     let inst = Instance::from_profile(&p, 300, MemoryBudget::OneFormPerBlock).unwrap();
     assert_eq!(inst.n_chunks, 2);
