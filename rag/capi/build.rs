@@ -3,11 +3,12 @@
 
 use std::path::PathBuf;
 
-const SOURCES: [&str; 4] = [
+const SOURCES: [&str; 5] = [
     "src/guard.rs",
     "src/handle.rs",
     "src/search.rs",
     "src/ask.rs",
+    "src/chat.rs",
 ];
 
 fn main() {

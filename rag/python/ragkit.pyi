@@ -21,13 +21,22 @@ Example::
 from collections.abc import Callable, Iterator, Sequence
 from os import PathLike
 from types import TracebackType
-from typing import Optional, Union
+from typing import Literal, Optional, TypedDict, Union
 
 __version__: str
 DEFAULT_MODEL: str
 """The model an ``Assistant`` uses when ``model`` is not given."""
 
 StrPath = Union[str, "PathLike[str]"]
+
+class Message(TypedDict):
+    """One message of a chat, as in OpenAI's chat API (``developer`` is ``system``).
+
+    A name for type checkers only: at run time messages are plain dicts.
+    """
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
 
 class RagError(Exception):
     """An error of the rag engine; the message is the Rust error with its causes."""
@@ -127,7 +136,8 @@ class IndexSummary:
     elapsed_s: float
 
 class AskStream(Iterator[str]):
-    """An answer being generated; iterate for its text pieces as they come.
+    """An answer being generated (``ask_stream``, ``chat_stream``,
+    ``Conversation.ask_stream``); iterate for its text pieces as they come.
 
     Leaving the loop early (``break``, an exception) cancels generation as soon as the
     stream is no longer referenced, as with ``for piece in a.ask_stream(q)``; ``cancel()``
@@ -245,6 +255,47 @@ class Assistant:
 
         Generation runs on a background thread; breaking out of the loop cancels it.
         """
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        retrieval: bool = True,
+        top_k: int = 5,
+        mode: str = "hybrid",
+        context_tokens: int = 1024,
+        max_tokens: int = 256,
+        on_text: Optional[Callable[[str], object]] = None,
+    ) -> Answer:
+        """Answer the last message of a chat, with the earlier turns in the prompt.
+
+        ``messages`` are ``{"role": ..., "content": ...}`` dicts, oldest first: system
+        messages, earlier questions and answers, the question last (as in OpenAI's chat
+        API). With ``retrieval``, the last message must be the user's: passages are searched
+        with it and the user's previous message (so that a follow-up such as "and how long
+        does it take?" is searched with its subject) and the answer cites them as ``ask``
+        does. Without, the messages go to the model as they are and ``sources`` is empty.
+        ``on_text`` works as in ``ask``. :class:`Conversation` keeps the history for you.
+
+        :raises ValueError: no messages, an unknown role, a message without ``role`` or
+            ``content``, or (with ``retrieval``) a last message that is not the user's.
+        :raises TypeError: ``messages`` is not a list of dicts, or a role or content is not
+            a ``str``.
+        """
+    def chat_stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        retrieval: bool = True,
+        top_k: int = 5,
+        mode: str = "hybrid",
+        context_tokens: int = 1024,
+        max_tokens: int = 256,
+    ) -> AskStream:
+        """Like ``chat``, but returns at once an iterator over the answer's text pieces.
+
+        The messages are checked at once (same exceptions as ``chat``); generation runs on
+        a background thread and breaking out of the loop cancels it.
+        """
     def ask_with_context(
         self,
         question: str,
@@ -264,3 +315,68 @@ class Assistant:
     def finish_background_work(self) -> None:
         """Wait for work that outlives an answer (writing the repacked-weights cache after
         the model's first load), so that the next process finds the cache."""
+
+class Conversation:
+    """A conversation with an :class:`Assistant`: each question is answered with the
+    exchanges so far, so follow-ups may refer to earlier questions (``Assistant.chat``
+    over the kept history, as ``rag chat`` does).
+
+    An exchange is kept once its answer is complete; an answer that was cancelled (a
+    callback returned False, a stream was left early) is not. Only the last
+    ``max_exchanges`` exchanges are kept, so a long conversation never outgrows the
+    context. Ask one question at a time: concurrent questions each see the history as it
+    was when they were asked.
+
+    Example::
+
+        chat = ragkit.Conversation(a)
+        print(chat.ask("How do I factory reset the console?"))
+        print(chat.ask("And how long does it take?"))   # searched with the reset question
+
+    :param assistant: the assistant that answers.
+    :param system: a system message put first (with ``retrieval``, after the assistant's
+        own instructions).
+    :param retrieval: cite passages of the index (the default), or talk with the model only.
+    :param max_exchanges: questions (with their answers) kept in the prompt.
+    """
+
+    def __init__(
+        self,
+        assistant: Assistant,
+        system: Optional[str] = None,
+        *,
+        retrieval: bool = True,
+        max_exchanges: int = 4,
+    ) -> None: ...
+    @property
+    def assistant(self) -> Assistant:
+        """The assistant that answers."""
+    @property
+    def messages(self) -> list[Message]:
+        """What the next question follows: the system message (if any), then each kept
+        exchange as a ``user`` and an ``assistant`` message."""
+    def ask(
+        self,
+        question: str,
+        *,
+        top_k: int = 5,
+        mode: str = "hybrid",
+        context_tokens: int = 1024,
+        max_tokens: int = 256,
+        on_text: Optional[Callable[[str], object]] = None,
+    ) -> Answer:
+        """Answer ``question`` in this conversation and keep the exchange (unless
+        cancelled). Arguments as in ``Assistant.ask``."""
+    def ask_stream(
+        self,
+        question: str,
+        *,
+        top_k: int = 5,
+        mode: str = "hybrid",
+        context_tokens: int = 1024,
+        max_tokens: int = 256,
+    ) -> AskStream:
+        """Like ``ask``, but returns at once an iterator over the answer's text pieces; the
+        exchange is kept when the iteration reaches the end of an answer not cancelled."""
+    def reset(self) -> None:
+        """Forget the exchanges (the system message stays)."""

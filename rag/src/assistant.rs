@@ -56,7 +56,8 @@ use crate::models;
 use crate::prompt::{self, PromptSource};
 use crate::prompt_head::{self, PromptHead};
 use anyhow::{anyhow, Context, Result};
-use graphs::chat::ChatMessage;
+/// A message of [`Assistant::chat`] (role `system`, `user` or `assistant`, and its text).
+pub use graphs::chat::ChatMessage;
 use graphs::tokenizer::Tokenizer;
 use npu_runtime::session::SwitchReport;
 use npu_runtime::session::{KvPrecision, LoadOptions, Model};
@@ -564,14 +565,37 @@ impl Assistant {
     pub fn ask_stream(
         self: &Arc<Self>,
         question: String,
+        opts: AskOptions,
+    ) -> (tokio::sync::mpsc::UnboundedReceiver<AskEvent>, CancelToken) {
+        self.stream(opts, move |me, opts, send| me.ask(&question, opts, send))
+    }
+
+    /// [`Assistant::chat`] as [`Assistant::ask_stream`] streams [`Assistant::ask`].
+    pub fn chat_stream(
+        self: &Arc<Self>,
+        messages: Vec<ChatMessage>,
+        retrieve: bool,
+        opts: AskOptions,
+    ) -> (tokio::sync::mpsc::UnboundedReceiver<AskEvent>, CancelToken) {
+        self.stream(opts, move |me, opts, send| {
+            me.chat(&messages, retrieve, opts, send)
+        })
+    }
+
+    /// Runs `answer` off the caller's thread, its text and result sent as [`AskEvent`]s.
+    fn stream(
+        self: &Arc<Self>,
         mut opts: AskOptions,
+        answer: impl FnOnce(&Assistant, &AskOptions, &mut dyn FnMut(&str) -> bool) -> Result<Answer>
+            + Send
+            + 'static,
     ) -> (tokio::sync::mpsc::UnboundedReceiver<AskEvent>, CancelToken) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let cancel = opts.cancel.get_or_insert_with(CancelToken::default).clone();
         let me = Arc::clone(self);
         let job = move || {
             let mut send = |s: &str| tx.send(AskEvent::Text(s.to_owned())).is_ok();
-            let event = match me.ask(&question, &opts, &mut send) {
+            let event = match answer(&me, &opts, &mut send) {
                 Ok(a) => AskEvent::Done(Box::new(a)),
                 Err(e) => AskEvent::Error(format!("{e:#}")),
             };

@@ -153,6 +153,20 @@ pub fn with_history(chat: &[ChatMessage], cited: Vec<ChatMessage>) -> Vec<ChatMe
     out
 }
 
+/// The roles a caller's chat may use (`developer` is OpenAI's newer name for `system`).
+pub const CHAT_ROLES: &str = "system, developer, user, assistant";
+
+/// A caller's role as the chat templates know it (`developer` becomes `system`), or
+/// `None` for a role outside [`CHAT_ROLES`].
+pub fn chat_role(role: &str) -> Option<&'static str> {
+    match role {
+        "system" | "developer" => Some("system"),
+        "user" => Some("user"),
+        "assistant" => Some("assistant"),
+        _ => None,
+    }
+}
+
 /// The longest prefix of whole lines (or, for a single long line, whole words) of `text`
 /// that fits in `max_tokens`.
 fn cut_to_tokens(text: &str, max_tokens: usize, count_tokens: &dyn Fn(&str) -> usize) -> String {
@@ -193,6 +207,17 @@ mod tests {
 
     fn words(s: &str) -> usize {
         s.split_whitespace().count()
+    }
+
+    #[test]
+    fn chat_roles_map_developer_to_system_and_reject_others() {
+        assert_eq!(chat_role("developer"), Some("system"));
+        assert_eq!(chat_role("assistant"), Some("assistant"));
+        for role in CHAT_ROLES.split(", ") {
+            assert!(chat_role(role).is_some(), "{role}");
+        }
+        assert_eq!(chat_role("tool"), None);
+        assert_eq!(chat_role("User"), None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! context; earlier turns reach the prompt, and the previous user turn the search.
 
 use graphs::chat::ChatMessage;
-use rag::assistant::AskOptions;
+use rag::assistant::{AskEvent, AskOptions};
 use rag::SearchMode;
 
 mod sample_assistant;
@@ -93,4 +93,35 @@ fn chat_generalizes_ask_and_ask_with_context() {
         .unwrap_err();
     assert!(format!("{err}").contains("last message"), "{err}");
     assert!(a.chat(&[], false, &opts(), &mut |_| true).is_err());
+}
+
+#[test]
+fn chat_stream_streams_what_chat_answers() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = std::sync::Arc::new(sample_assistant(dir.path()));
+    let chat = vec![
+        msg("user", "What is the Kestrel K2?"),
+        msg("assistant", "A weather station console."),
+        msg("user", "How do I do a factory reset of it?"),
+    ];
+    let want = a.chat(&chat, true, &opts(), &mut |_| true).unwrap();
+    let (mut events, _cancel) = a.chat_stream(chat, true, opts());
+    let mut text = String::new();
+    let mut done = None;
+    while let Some(event) = events.blocking_recv() {
+        match event {
+            AskEvent::Text(piece) => text.push_str(&piece),
+            AskEvent::Done(answer) => done = Some(answer),
+            AskEvent::Error(e) => panic!("{e}"),
+        }
+    }
+    let done = done.expect("a Done event");
+    assert_eq!(done.answer, want.answer);
+    assert_eq!(text.trim(), want.answer);
+    let ids = |s: &[rag::assistant::Source]| s.iter().map(|s| s.chunk_id).collect::<Vec<_>>();
+    assert_eq!(ids(&done.sources), ids(&want.sources));
+    assert!(!done.sources.is_empty());
 }

@@ -85,11 +85,11 @@ typedef struct RagHits {
  */
 typedef struct RagAskOptions {
   /**
-   * Passages retrieved for the prompt (`rag_ask` only).
+   * Passages retrieved for the prompt (`rag_ask`; `rag_chat` with retrieval).
    */
   size_t top_k;
   /**
-   * Token budget of the numbered sources in the prompt (`rag_ask` only).
+   * Token budget of the numbered sources in the prompt (as `top_k`).
    */
   size_t context_tokens;
   /**
@@ -129,7 +129,8 @@ typedef struct RagAnswer {
    */
   char *text;
   /**
-   * The passages put in the prompt, in citation order (none for `rag_ask_with_context`).
+   * The passages put in the prompt, in citation order (none for `rag_ask_with_context`
+   * and for `rag_chat` without retrieval).
    */
   struct RagSource *sources;
   size_t n_sources;
@@ -152,11 +153,22 @@ typedef struct RagAnswer {
 /**
  * Receives each piece of the answer as it is generated: `len` bytes of UTF-8 at `piece`
  * (NUL-terminated too; valid only during the call). Return true to go on, false to stop.
- * Called on the thread that called `rag_ask`.
+ * Called on the thread that called `rag_ask` (or `rag_ask_with_context`, `rag_chat`).
  */
 typedef bool (*RagTextCallback)(const char *piece,
                                 size_t len,
                                 void *user_data);
+
+/**
+ * One message of a chat. Both strings are borrowed for the call.
+ */
+typedef struct RagChatMessage {
+  /**
+   * "system", "developer" (the same as "system"), "user" or "assistant".
+   */
+  const char *role;
+  const char *content;
+} RagChatMessage;
 
 #ifdef __cplusplus
 extern "C" {
@@ -303,9 +315,35 @@ struct RagAnswer *rag_ask_with_context(const struct RagAssistant *assistant,
  * Frees an answer and all its strings. NULL is ignored.
  *
  * # Safety
- * `answer` is NULL or an answer from `rag_ask`/`rag_ask_with_context` not yet freed.
+ * `answer` is NULL or an answer from `rag_ask`, `rag_ask_with_context` or `rag_chat` not
+ * yet freed.
  */
 void rag_answer_free(struct RagAnswer *answer);
+
+/**
+ * Answers the last of `n_messages` messages (system message, earlier turns, the question
+ * last) with the earlier turns in the prompt, streaming the answer as `rag_ask` does.
+ *
+ * With `retrieve`, the last message must be the user's: passages are searched with it and
+ * the user's previous message (a follow-up such as "how long does it take?" is searched
+ * with its subject) and put in the prompt as numbered sources. Without, the messages go
+ * to the model as they are and the answer has no sources.
+ *
+ * Returns the answer to free with `rag_answer_free`, or NULL with `*error` set.
+ *
+ * # Safety
+ * `messages` points to `n_messages` messages whose strings are NUL-terminated; the other
+ * arguments as in `rag_ask`.
+ */
+struct RagAnswer *rag_chat(const struct RagAssistant *assistant,
+                           const struct RagChatMessage *messages,
+                           size_t n_messages,
+                           bool retrieve,
+                           const struct RagAskOptions *opts,
+                           RagTextCallback on_text,
+                           void *user_data,
+                           const int32_t *cancel,
+                           char **error);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,4 +1,5 @@
-//! Answers: `rag_ask`, `rag_ask_with_context`, the streaming callback and cancellation.
+//! Answers: `rag_ask`, `rag_ask_with_context`, the streaming callback and cancellation
+//! (shared with `rag_chat`).
 
 use crate::guard::{arg, contain, free_c_string, owned_c_string};
 use crate::handle::{handle, RagAssistant};
@@ -11,9 +12,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct RagAskOptions {
-    /// Passages retrieved for the prompt (`rag_ask` only).
+    /// Passages retrieved for the prompt (`rag_ask`; `rag_chat` with retrieval).
     pub top_k: usize,
-    /// Token budget of the numbered sources in the prompt (`rag_ask` only).
+    /// Token budget of the numbered sources in the prompt (as `top_k`).
     pub context_tokens: usize,
     /// Most tokens generated.
     pub max_tokens: usize,
@@ -32,7 +33,7 @@ pub extern "C" fn rag_ask_options_default() -> RagAskOptions {
 
 /// Receives each piece of the answer as it is generated: `len` bytes of UTF-8 at `piece`
 /// (NUL-terminated too; valid only during the call). Return true to go on, false to stop.
-/// Called on the thread that called `rag_ask`.
+/// Called on the thread that called `rag_ask` (or `rag_ask_with_context`, `rag_chat`).
 pub type RagTextCallback =
     Option<unsafe extern "C" fn(piece: *const c_char, len: usize, user_data: *mut c_void) -> bool>;
 
@@ -56,7 +57,8 @@ pub struct RagSource {
 pub struct RagAnswer {
     /// The generated text, trimmed.
     pub text: *mut c_char,
-    /// The passages put in the prompt, in citation order (none for `rag_ask_with_context`).
+    /// The passages put in the prompt, in citation order (none for `rag_ask_with_context`
+    /// and for `rag_chat` without retrieval).
     pub sources: *mut RagSource,
     pub n_sources: usize,
     pub tokens_generated: usize,
@@ -72,7 +74,7 @@ pub struct RagAnswer {
 }
 
 /// Hands each piece to the C callback, stopping when it says so or the flag is set.
-struct Stream {
+pub(crate) struct Stream {
     callback: RagTextCallback,
     user_data: *mut c_void,
     cancel: *const i32,
@@ -80,6 +82,19 @@ struct Stream {
 }
 
 impl Stream {
+    pub(crate) fn new(
+        callback: RagTextCallback,
+        user_data: *mut c_void,
+        cancel: *const i32,
+    ) -> Self {
+        Stream {
+            callback,
+            user_data,
+            cancel,
+            buf: Vec::new(),
+        }
+    }
+
     fn cancelled(&self) -> bool {
         if self.cancel.is_null() {
             return false;
@@ -89,7 +104,7 @@ impl Stream {
         unsafe { AtomicI32::from_ptr(self.cancel.cast_mut()) }.load(Ordering::SeqCst) != 0
     }
 
-    fn push(&mut self, piece: &str) -> bool {
+    pub(crate) fn push(&mut self, piece: &str) -> bool {
         if self.cancelled() {
             return false;
         }
@@ -106,7 +121,7 @@ impl Stream {
     }
 }
 
-fn answer_to_c(a: Answer) -> *mut RagAnswer {
+pub(crate) fn answer_to_c(a: Answer) -> *mut RagAnswer {
     let sources: Box<[RagSource]> = a
         .sources
         .iter()
@@ -136,7 +151,7 @@ fn answer_to_c(a: Answer) -> *mut RagAnswer {
     }))
 }
 
-fn ask_options(opts: *const RagAskOptions) -> AskOptions {
+pub(crate) fn ask_options(opts: *const RagAskOptions) -> AskOptions {
     // SAFETY: NULL or a valid options struct (the caller's contract).
     let o = unsafe { opts.as_ref() }
         .copied()
@@ -172,12 +187,7 @@ pub unsafe extern "C" fn rag_ask(
     contain(error, std::ptr::null_mut(), || {
         let a = handle(assistant)?;
         let question = arg(question, "question")?;
-        let mut stream = Stream {
-            callback: on_text,
-            user_data,
-            cancel,
-            buf: Vec::new(),
-        };
+        let mut stream = Stream::new(on_text, user_data, cancel);
         let answer = a.ask(question, &ask_options(opts), &mut |p| stream.push(p))?;
         Ok(answer_to_c(answer))
     })
@@ -211,12 +221,7 @@ pub unsafe extern "C" fn rag_ask_with_context(
         } else {
             Some(arg(system, "system")?)
         };
-        let mut stream = Stream {
-            callback: on_text,
-            user_data,
-            cancel,
-            buf: Vec::new(),
-        };
+        let mut stream = Stream::new(on_text, user_data, cancel);
         let answer =
             a.ask_with_context(question, context, system, &ask_options(opts), &mut |p| {
                 stream.push(p)
@@ -228,7 +233,8 @@ pub unsafe extern "C" fn rag_ask_with_context(
 /// Frees an answer and all its strings. NULL is ignored.
 ///
 /// # Safety
-/// `answer` is NULL or an answer from `rag_ask`/`rag_ask_with_context` not yet freed.
+/// `answer` is NULL or an answer from `rag_ask`, `rag_ask_with_context` or `rag_chat` not
+/// yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn rag_answer_free(answer: *mut RagAnswer) {
     if answer.is_null() {

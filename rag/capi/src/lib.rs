@@ -5,11 +5,13 @@
 //! `tests/header.rs` fails when the checked-in `include/rag.h` is out of date.
 
 mod ask;
+mod chat;
 mod guard;
 mod handle;
 mod search;
 
 pub use ask::*;
+pub use chat::*;
 pub use guard::*;
 pub use handle::*;
 pub use search::*;

@@ -2,63 +2,20 @@
 //! it on the sample corpus with SmolLM2-135M; its answer, hits and sources must equal what
 //! `rag::Assistant` gives for the same index, question and options.
 
+mod c_build;
+
+use c_build::{between, build_example, corpus, location, Link, MODEL};
 use rag::assistant::{AskOptions, Assistant, AssistantOptions};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const QUESTION: &str = "How long is the warranty of the Kestrel K2?";
-const MODEL: &str = "smollm2-135m";
-
-/// target/<profile>, where cargo puts librag_capi.so (this test runs from its deps/).
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn build_example(out: &Path) {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = lib_dir();
-    assert!(
-        lib.join("librag_capi.so").is_file(),
-        "no librag_capi.so in {}",
-        lib.display()
-    );
-    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
-    let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("examples/ask.c"))
-        .arg(format!("-L{}", lib.display()))
-        .arg("-lrag_capi")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(out)
-        .status()
-        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-    assert!(status.success(), "{cc} failed to build examples/ask.c");
-}
-
-/// The text between two marker lines of the example's output.
-fn between<'a>(out: &'a str, start: &str, end: &str) -> &'a str {
-    let a = out.find(start).expect("start marker") + start.len();
-    let b = out[a..].find(end).expect("end marker") + a;
-    &out[a..b]
-}
-
-fn location(path: &str, lines: Option<(u32, u32)>, page: Option<u32>) -> String {
-    match (lines, page) {
-        (_, Some(p)) => format!("{path}#{p}"),
-        (Some((a, b)), None) => format!("{path}:{a}-{b}"),
-        (None, None) => path.to_owned(),
-    }
-}
 
 #[test]
 fn c_example_answers_like_the_rust_api() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("ask");
-    build_example(&exe);
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample-corpus");
+    build_example("ask", Link::Shared, &exe);
+    let corpus = corpus();
     let index = dir.path().join("idx");
     let run = |extra: &[&str]| {
         let out = Command::new(&exe)
@@ -134,7 +91,7 @@ fn c_example_answers_like_the_rust_api() {
 fn c_example_reports_errors() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("ask");
-    build_example(&exe);
+    build_example("ask", Link::Shared, &exe);
     let out = Command::new(&exe)
         .arg(dir.path().join("idx"))
         .arg(dir.path().join("no-such-corpus"))

@@ -127,3 +127,189 @@ fn version_is_the_crate_version() {
     let v = unsafe { CStr::from_ptr(rag_version()) };
     assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
+
+/// A handle on a fresh BM25 index of two small files (`docs/a.txt` about a heron).
+fn open_small_index(dir: &std::path::Path, model: Option<&str>) -> *mut RagAssistant {
+    let docs = dir.join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    std::fs::write(docs.join("a.txt"), "The heron nests by the river.\n").unwrap();
+    std::fs::write(docs.join("b.txt"), "Invoices are due in thirty days.\n").unwrap();
+    let index = CString::new(dir.join("idx").to_str().unwrap()).unwrap();
+    let model = model.map(|m| CString::new(m).unwrap());
+    let mut error = null_mut();
+    let a = unsafe {
+        rag_open(
+            index.as_ptr(),
+            model.as_ref().map_or(null(), |m| m.as_ptr()),
+            false,
+            2,
+            &mut error,
+        )
+    };
+    assert!(!a.is_null(), "{}", message(error));
+    let path = CString::new(docs.to_str().unwrap()).unwrap();
+    let paths = [path.as_ptr()];
+    let rc = unsafe { rag_add_paths(a, paths.as_ptr(), 1, null_mut(), &mut error) };
+    assert_eq!(rc, RAG_OK);
+    a
+}
+
+/// Appends each streamed piece to the `String` behind `user_data`.
+unsafe extern "C" fn collect(
+    piece: *const c_char,
+    len: usize,
+    user_data: *mut std::ffi::c_void,
+) -> bool {
+    // SAFETY: `piece` holds `len` bytes of UTF-8 for the call; `user_data` is the String
+    // the test passed.
+    let bytes = unsafe { std::slice::from_raw_parts(piece.cast::<u8>(), len) };
+    let text = unsafe { &mut *user_data.cast::<String>() };
+    text.push_str(std::str::from_utf8(bytes).unwrap());
+    true
+}
+
+#[test]
+fn ask_with_context_answers_over_the_screen_without_sources() {
+    if rag::models::resolve("smollm2-135m").is_err() {
+        panic!("smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = open_small_index(dir.path(), Some("smollm2-135m"));
+    // The index could answer this question (a.txt mentions the heron); the contract is that
+    // only the given context is used: no retrieval, no sources.
+    let question = "Task: ask where the heron nests. Next action?";
+    let screen = "<button id=3>Send</button>\n<input id=4>Message</input>";
+    let system = "Reply with one action: click(ID) or input(ID, \"text\").";
+    let (q, s, sys) = (
+        CString::new(question).unwrap(),
+        CString::new(screen).unwrap(),
+        CString::new(system).unwrap(),
+    );
+    let mut opts = rag_ask_options_default();
+    opts.max_tokens = 16;
+    let mut streamed = String::new();
+    let mut error = null_mut();
+    let answer = unsafe {
+        rag_ask_with_context(
+            a,
+            q.as_ptr(),
+            s.as_ptr(),
+            sys.as_ptr(),
+            &opts,
+            Some(collect),
+            (&mut streamed as *mut String).cast(),
+            null(),
+            &mut error,
+        )
+    };
+    assert!(!answer.is_null(), "{}", message(error));
+    let got = unsafe { &*answer };
+    let text = unsafe { CStr::from_ptr(got.text) }
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (n_sources, retrieve_ms, tokens, prompt_tokens, cancelled) = (
+        got.n_sources,
+        got.retrieve_ms,
+        got.tokens_generated,
+        got.prompt_tokens,
+        got.cancelled,
+    );
+    unsafe { rag_answer_free(answer) };
+    assert_eq!((n_sources, retrieve_ms), (0, 0.0));
+    assert!(!text.is_empty() && tokens > 0 && tokens <= 16 && !cancelled);
+    assert_eq!(streamed.trim(), text);
+
+    // The Rust API gives the same answer for the same prompt (the screen and the system
+    // message are in it: the prompt is longer than the question's alone).
+    let mut opts = rag::assistant::AssistantOptions::new(dir.path().join("rust-idx"));
+    opts.model = "smollm2-135m".into();
+    opts.dense = false;
+    opts.threads = 2;
+    let rust = rag::assistant::Assistant::open(opts).unwrap();
+    let ask = rag::assistant::AskOptions {
+        max_tokens: 16,
+        ..Default::default()
+    };
+    let want = rust
+        .ask_with_context(question, screen, Some(system), &ask, &mut |_| true)
+        .unwrap();
+    assert_eq!(text, want.answer);
+    assert_eq!(prompt_tokens, want.prompt_tokens);
+    let bare = rust
+        .ask_with_context(question, "", None, &ask, &mut |_| true)
+        .unwrap();
+    assert!(prompt_tokens > bare.prompt_tokens + 20);
+    unsafe { rag_close(a) };
+}
+
+#[test]
+fn bad_chats_are_reported_as_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = open_small_index(dir.path(), Some("no-such-model"));
+    let chat = |messages: &[(&CString, *const c_char)], retrieve: bool| -> String {
+        let list: Vec<RagChatMessage> = messages
+            .iter()
+            .map(|(role, content)| RagChatMessage {
+                role: role.as_ptr(),
+                content: *content,
+            })
+            .collect();
+        let mut error = null_mut();
+        let answer = unsafe {
+            rag_chat(
+                a,
+                list.as_ptr(),
+                list.len(),
+                retrieve,
+                null(),
+                None,
+                null_mut(),
+                null(),
+                &mut error,
+            )
+        };
+        assert!(answer.is_null());
+        message(error)
+    };
+    let (user, assistant, tool) = (
+        CString::new("user").unwrap(),
+        CString::new("assistant").unwrap(),
+        CString::new("tool").unwrap(),
+    );
+    let hi = CString::new("Where does the heron nest?").unwrap();
+    assert!(chat(&[], true).contains("no messages"));
+    let unknown = chat(&[(&user, hi.as_ptr()), (&tool, hi.as_ptr())], false);
+    assert!(
+        unknown.contains("messages[1] has the unknown role \"tool\""),
+        "{unknown}"
+    );
+    let null_content = chat(&[(&user, null())], false);
+    assert!(
+        null_content.contains("messages[0].content is NULL"),
+        "{null_content}"
+    );
+    let last = chat(&[(&user, hi.as_ptr()), (&assistant, hi.as_ptr())], true);
+    assert!(last.contains("last message must be the user's"), "{last}");
+    // A valid chat gets as far as loading the model (which does not exist here).
+    let no_model = chat(&[(&user, hi.as_ptr())], true);
+    assert!(no_model.contains("no-such-model"), "{no_model}");
+
+    let mut error = null_mut();
+    let answer = unsafe {
+        rag_chat(
+            a,
+            null(),
+            1,
+            true,
+            null(),
+            None,
+            null_mut(),
+            null(),
+            &mut error,
+        )
+    };
+    assert!(answer.is_null());
+    assert!(message(error).contains("messages is NULL"));
+    unsafe { rag_close(a) };
+}

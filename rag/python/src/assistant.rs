@@ -1,5 +1,6 @@
 //! `ragkit.Assistant`: one [`rag::assistant::Assistant`] shared with Python.
 
+use crate::chat;
 use crate::errors::{guarded, value_error};
 use crate::stream::AskStream;
 use crate::text_sink::TextSink;
@@ -16,14 +17,14 @@ use std::sync::Arc;
 /// An index plus a local LLM. Thread-safe: share one across Python threads.
 #[pyclass(frozen, module = "ragkit")]
 pub struct Assistant {
-    inner: Arc<rag::assistant::Assistant>,
+    pub(crate) inner: Arc<rag::assistant::Assistant>,
 }
 
 fn search_mode(mode: &str) -> PyResult<SearchMode> {
     mode.parse().map_err(value_error)
 }
 
-fn ask_options(
+pub(crate) fn ask_options(
     top_k: usize,
     mode: &str,
     context_tokens: usize,
@@ -165,6 +166,53 @@ impl Assistant {
     ) -> PyResult<AskStream> {
         let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
         let (events, cancel) = self.inner.ask_stream(question, opts);
+        Ok(AskStream::new(events, cancel))
+    }
+
+    /// Answer the last user message of `messages` (`{"role", "content"}` dicts: system,
+    /// earlier turns, the question last), with the earlier turns in the prompt.
+    #[pyo3(signature = (
+        messages, *, retrieval=true, top_k=5, mode="hybrid", context_tokens=1024,
+        max_tokens=256, on_text=None
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn chat(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        retrieval: bool,
+        top_k: usize,
+        mode: &str,
+        context_tokens: usize,
+        max_tokens: usize,
+        on_text: Option<Py<PyAny>>,
+    ) -> PyResult<Answer> {
+        let messages = chat::messages(messages, retrieval)?;
+        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let inner = &self.inner;
+        let mut sink = TextSink::new(on_text.as_ref());
+        let answer = py
+            .detach(|| guarded(|| inner.chat(&messages, retrieval, &opts, &mut |p| sink.push(p))));
+        sink.finish()?;
+        Ok(answer?.into())
+    }
+
+    /// Like `chat`, but returns at once an iterator over the answer's text pieces.
+    #[pyo3(signature = (
+        messages, *, retrieval=true, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256
+    ))]
+    fn chat_stream(
+        &self,
+        messages: &Bound<'_, PyAny>,
+        retrieval: bool,
+        top_k: usize,
+        mode: &str,
+        context_tokens: usize,
+        max_tokens: usize,
+    ) -> PyResult<AskStream> {
+        let messages = chat::messages(messages, retrieval)?;
+        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let (events, cancel) = self.inner.chat_stream(messages, retrieval, opts);
         Ok(AskStream::new(events, cancel))
     }
 

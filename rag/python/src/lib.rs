@@ -5,6 +5,7 @@
 //! The Python-facing documentation is in `ragkit.pyi`.
 
 mod assistant;
+mod chat;
 mod errors;
 mod stream;
 mod text_sink;
@@ -18,6 +19,7 @@ fn ragkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RagError", m.py().get_type::<errors::RagError>())?;
     m.add("DEFAULT_MODEL", rag::models::DEFAULT_MODEL)?;
     m.add_class::<assistant::Assistant>()?;
+    m.add_class::<chat::Conversation>()?;
     m.add_class::<stream::AskStream>()?;
     m.add_class::<types::Hit>()?;
     m.add_class::<types::Source>()?;

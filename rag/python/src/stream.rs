@@ -1,11 +1,12 @@
-//! `Assistant.ask_stream`'s iterator over [`rag::assistant::Assistant::ask_stream`]'s channel.
+//! The iterator of `Assistant.ask_stream` and `chat_stream` over the engine's channel of
+//! [`AskEvent`]s.
 
 use crate::errors::RagError;
 use crate::types::Answer;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use rag::assistant::{AskEvent, CancelToken};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// An answer being generated: iterate for the text pieces as they come.
@@ -18,7 +19,11 @@ pub struct AskStream {
     events: Mutex<UnboundedReceiver<AskEvent>>,
     cancel: CancelToken,
     answer: OnceLock<Answer>,
+    /// Called with the answer when the stream ends with one (a conversation keeps it).
+    on_done: Mutex<Option<OnDone>>,
 }
+
+type OnDone = Box<dyn FnOnce(&Answer) + Send>;
 
 impl AskStream {
     pub fn new(events: UnboundedReceiver<AskEvent>, cancel: CancelToken) -> Self {
@@ -26,7 +31,14 @@ impl AskStream {
             events: Mutex::new(events),
             cancel,
             answer: OnceLock::new(),
+            on_done: Mutex::new(None),
         }
+    }
+
+    /// Calls `f` with the answer once the stream has delivered it.
+    pub fn with_on_done(self, f: impl FnOnce(&Answer) + Send + 'static) -> Self {
+        *self.on_done.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(f));
+        self
     }
 }
 
@@ -53,7 +65,15 @@ impl AskStream {
         match event {
             Some(AskEvent::Text(piece)) => Ok(Some(piece)),
             Some(AskEvent::Done(answer)) => {
-                let _ = self.answer.set(Answer::from(*answer));
+                let answer = self.answer.get_or_init(|| Answer::from(*answer));
+                let on_done = self
+                    .on_done
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if let Some(f) = on_done {
+                    f(answer);
+                }
                 Ok(None)
             }
             Some(AskEvent::Error(message)) => Err(RagError::new_err(message)),

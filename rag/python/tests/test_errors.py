@@ -69,11 +69,13 @@ def test_stub_names_exist_and_package_is_typed():
     pkg = Path(ragkit.__file__).parent
     assert (pkg / "py.typed").is_file()
     stub = next(pkg.glob("*.pyi")).read_text()
-    for name in ["Assistant", "AskStream", "Hit", "Source", "Timings", "Speculation",
-                 "Answer", "IndexSummary", "RagError"]:
+    for name in ["Assistant", "Conversation", "AskStream", "Hit", "Source", "Timings",
+                 "Speculation", "Answer", "IndexSummary", "RagError"]:
         assert f"class {name}" in stub
         assert hasattr(ragkit, name)
-    for method in ["add_paths", "remove_path", "search", "ask", "ask_stream",
-                   "ask_with_context", "load_model", "finish_background_work"]:
+    for method in ["add_paths", "remove_path", "search", "ask", "ask_stream", "chat",
+                   "chat_stream", "ask_with_context", "load_model", "finish_background_work"]:
         assert f"def {method}(" in stub
         assert getattr(ragkit.Assistant, method).__doc__
+    for method in ["ask", "ask_stream", "reset"]:
+        assert getattr(ragkit.Conversation, method).__doc__
