@@ -1,7 +1,6 @@
 //! npu-runtime
 pub mod attention;
 pub mod backend;
-pub mod bert;
 pub mod error;
 pub mod kernels;
 pub mod kv_cache;
