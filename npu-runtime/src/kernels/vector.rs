@@ -4,8 +4,8 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::attn_tiles::{row16, row8};
+use super::kv_elem::KvElem;
 use super::simd::{detected, Isa};
-use crate::kv_cache::KvElem;
 
 /// Dot product. Canonical order: 16 partial sums, partial `l` accumulating
 /// elements `i ≡ l (mod 16)` of the full 16-chunks with fused multiply-add;

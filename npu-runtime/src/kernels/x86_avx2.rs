@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 use super::act::{pack_i16x2, QuantActs};
 use super::ggml::QUANT_TYPES;
 use super::layout::{block_plane_bytes, zero_point, Planes, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
-use super::matmul::{Kernel, OutOp, Output};
+use super::matmul::kernel_io::{Kernel, OutOp, Output};
 use super::portable::{filled, TCHUNK};
 use super::GgmlType;
 use std::mem::MaybeUninit;

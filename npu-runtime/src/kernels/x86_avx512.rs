@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 use super::act::{zero_sum_index, QuantActs};
 use super::ggml::QUANT_TYPES;
 use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
-use super::matmul::{Kernel, OutOp, Output};
+use super::matmul::kernel_io::{Kernel, OutOp, Output};
 use super::portable::{filled, TCHUNK};
 use super::x86_avx2::Prefetch;
 use super::GgmlType;
