@@ -240,7 +240,7 @@ unsafe fn emit(o: &Output, t: usize, g: usize, v: [__m256; 2]) {
                 }
                 OutOp::Accumulate => _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), v)),
                 OutOp::Argmax(gi) => {
-                    // `portable::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`.
+                    // `kernel_io::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`.
                     let best = _mm256_loadu_ps(p);
                     let m = _mm256_cmp_ps::<_CMP_GT_OQ>(v, best);
                     _mm256_storeu_ps(p, _mm256_blendv_ps(best, v, m));
