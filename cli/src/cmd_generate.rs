@@ -180,7 +180,7 @@ pub fn run(args: Args) -> Result<()> {
             weights_cache: if args.no_weights_cache {
                 WeightsCache::Off
             } else {
-                WeightsCache::default_dir()
+                WeightsCache::Dir(rag::models::weights_cache_dir())
             },
             plain_lm_head: args.plain_lm_head,
         },

@@ -45,7 +45,7 @@ pub fn run(cmd: ModelCmd) -> Result<()> {
                     default
                 );
             }
-            let dir = npu_runtime::weights_cache::default_path();
+            let dir = rag::models::weights_cache_dir();
             let (files, bytes) = npu_runtime::weights_cache::usage(&dir);
             println!(
                 "repacked weights: {files} file(s), {:.2} GB in {} (rebuilt when missing; safe to delete)",

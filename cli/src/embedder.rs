@@ -28,6 +28,6 @@ pub fn load_embedder(no_dense: bool) -> Result<Option<Arc<dyn Embedder>>> {
 }
 
 /// Weight format of the embedder (`RAG_EMBED_FORMAT`, see [`rag::embed::configured_format`]).
-pub fn embed_format() -> Result<npu_runtime::bert::WeightFormat> {
+pub fn embed_format() -> Result<rag::embed::WeightFormat> {
     rag::embed::configured_format()
 }

@@ -11,6 +11,7 @@
 pub mod chunk;
 pub mod decode;
 pub mod detect;
+mod direct;
 pub mod gz;
 pub mod isolate;
 pub mod load;
@@ -23,5 +24,6 @@ pub mod worker;
 
 pub use chunk::{chunk_doc, ChunkOptions, ChunkSpec};
 pub use detect::{DocKind, Skip, SkipReason};
-pub use isolate::{parse_isolated, parse_isolated_detailed, ParseLimits};
+pub use direct::ParseLimits;
+pub use isolate::{parse_isolated, parse_isolated_detailed};
 pub use parse::{Line, ParsedDoc, Section};

@@ -19,7 +19,7 @@
 //! 0 + encoded [`ParsedDoc`], or 1 + skip reason + its detail.
 
 use crate::detect::{DocKind, Skip, SkipReason};
-use crate::isolate::{parse_direct, ParseLimits};
+use crate::direct::{parse_direct, ParseLimits};
 use crate::parse::{parse_bytes, Line, ParsedDoc, Section};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

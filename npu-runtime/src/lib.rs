@@ -1,12 +1,10 @@
 //! npu-runtime
 pub mod attention;
 pub mod backend;
-pub mod bert;
 pub mod error;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
-pub mod model_path;
 pub mod ops;
 pub mod qnn;
 pub mod schedule;

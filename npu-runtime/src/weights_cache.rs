@@ -37,18 +37,6 @@ pub enum WeightsCache {
     Dir(PathBuf),
 }
 
-impl WeightsCache {
-    /// `<model cache>/repacked` (`model_path::cache_dir`).
-    pub fn default_dir() -> WeightsCache {
-        WeightsCache::Dir(default_path())
-    }
-}
-
-/// `<model cache>/repacked`.
-pub fn default_path() -> PathBuf {
-    crate::model_path::cache_dir().join("repacked")
-}
-
 /// What a load did with the cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CacheOutcome {

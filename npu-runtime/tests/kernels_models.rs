@@ -4,35 +4,16 @@
 //! within the activation-quantization error bound on every ISA, with the same
 //! bits whether a token is alone or in a batch.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod common;
+use common::model_or_skip as model;
 
 use graphs::gguf::GgufFile;
 use npu_runtime::kernels::{
     kernel_supported, matmul_reference, matmul_with_isa, GgmlType, Isa, MatmulScratch, QMatrix,
     ThreadPool,
 };
-
-fn model(file: &str, fetch_name: &str) -> Option<PathBuf> {
-    let root = std::env::var_os("RAG_MODEL_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rag/models")))
-        .expect("neither RAG_MODEL_DIR nor HOME is set");
-    let p = root.join(file);
-    if p.is_file() {
-        return Some(p);
-    }
-    if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-        eprintln!(
-            "skipping: {} missing and RAG_SKIP_MODEL_TESTS=1",
-            p.display()
-        );
-        return None;
-    }
-    panic!(
-        "{} missing: run `scripts/fetch-model.sh {fetch_name}` (or set RAG_SKIP_MODEL_TESTS=1)",
-        p.display()
-    );
-}
 
 fn check_model(path: &Path, expect: &[GgmlType]) {
     let f = GgufFile::open(path).expect("open gguf");
@@ -132,14 +113,14 @@ fn check_model(path: &Path, expect: &[GgmlType]) {
 
 #[test]
 fn smollm2_tensors() {
-    if let Some(p) = model("smollm2-135m.gguf", "smollm2-135m") {
+    if let Some(p) = model("smollm2-135m") {
         check_model(&p, &[GgmlType::Q4_1, GgmlType::Q8_0]);
     }
 }
 
 #[test]
 fn qwen_tensors() {
-    if let Some(p) = model("qwen2.5-coder-0.5b.gguf", "qwen2.5-coder-0.5b") {
+    if let Some(p) = model("qwen2.5-coder-0.5b") {
         check_model(
             &p,
             &[GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K],

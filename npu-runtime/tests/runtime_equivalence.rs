@@ -5,21 +5,14 @@
 use npu_runtime::session::{argmax, KvPrecision, LoadOptions, Model, Session, SessionOptions};
 use std::sync::Arc;
 
+mod common;
+
 fn model() -> Option<Arc<Model>> {
     model_named("smollm2-135m")
 }
 
 fn model_named(name: &str) -> Option<Arc<Model>> {
-    if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-        return None;
-    }
-    let p = npu_runtime::model_path::cache_dir().join(format!("{name}.gguf"));
-    assert!(
-        p.exists(),
-        "{} missing: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)",
-        p.display()
-    );
-    Some(Model::load(&p, &LoadOptions::with_threads(2)).unwrap())
+    common::model_or_skip(name).map(|p| Model::load(&p, &LoadOptions::with_threads(2)).unwrap())
 }
 
 fn session(m: &Arc<Model>) -> Session {

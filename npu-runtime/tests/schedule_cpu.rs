@@ -9,23 +9,10 @@ use npu_runtime::session::{argmax, LoadOptions, Model, Session, SessionOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod common;
+
 fn model_path() -> Option<PathBuf> {
-    let dir = std::env::var_os("RAG_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rag/models")
-        });
-    let p = dir.join("smollm2-135m.gguf");
-    if p.exists() {
-        return Some(p);
-    }
-    if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-        return None;
-    }
-    panic!(
-        "{} is missing: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)",
-        p.display()
-    );
+    common::model_or_skip("smollm2-135m")
 }
 
 /// 3 blocks, chunks of 32 tokens (G1), a decode graph of 8 rows (G2).

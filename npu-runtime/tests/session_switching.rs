@@ -8,26 +8,13 @@ use npu_runtime::schedule::ScheduleKind;
 use npu_runtime::session::{
     argmax, LoadOptions, Model, Session, SessionOptions, SwitchReport, Switching,
 };
-use std::path::PathBuf;
 use std::sync::Arc;
 
+mod common;
+
 fn model() -> Option<Arc<Model>> {
-    let dir = std::env::var_os("RAG_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rag/models")
-        });
-    let p = dir.join("smollm2-135m.gguf");
-    if !p.exists() {
-        if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-            return None;
-        }
-        panic!(
-            "{} is missing: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)",
-            p.display()
-        );
-    }
-    Some(Model::load(&p, &LoadOptions::with_threads(2)).unwrap())
+    common::model_or_skip("smollm2-135m")
+        .map(|p| Model::load(&p, &LoadOptions::with_threads(2)).unwrap())
 }
 
 /// 3 blocks, prefill chunks of 32 rows, decode/verify graphs of 1..=8 rows.

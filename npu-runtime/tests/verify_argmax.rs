@@ -18,14 +18,7 @@ use common::rand_vec;
 /// A model from the cache; a missing one fails with the fetch command, unless
 /// RAG_SKIP_MODEL_TESTS=1 asks to skip (then `None`).
 fn model(name: &str) -> Option<Arc<Model>> {
-    match npu_runtime::model_path::resolve(name) {
-        Ok(p) => Some(Model::load(&p, &LoadOptions::with_threads(2)).unwrap()),
-        Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)"),
-    }
+    common::model_or_skip(name).map(|p| Model::load(&p, &LoadOptions::with_threads(2)).unwrap())
 }
 
 fn check_session(m: &Arc<Model>) {

@@ -9,8 +9,8 @@
 
 use anyhow::{Context, Result};
 use corpus_tools::{chunk_doc, parse_isolated, ChunkOptions, ParseLimits};
-use npu_runtime::bert::WeightFormat;
 use rag::embed::MiniLmEmbedder;
+use rag::embed::WeightFormat;
 use rag::Embedder;
 use std::path::PathBuf;
 use std::time::Instant;

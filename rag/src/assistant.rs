@@ -156,7 +156,7 @@ impl AssistantOptions {
             spec: DEFAULT_SPEC,
             token_db_max_tokens: specdec::tokendb::DEFAULT_MAX_TOKENS,
             preload_model: false,
-            weights_cache: WeightsCache::default_dir(),
+            weights_cache: WeightsCache::Dir(crate::models::weights_cache_dir()),
             calib_window: DEFAULT_CALIB_WINDOW,
             prompt_head_cache: true,
             plain_lm_head: false,

@@ -2,12 +2,14 @@
 //!
 //! Text handling lives here (WordPiece tokenizer from `tokenizer.json`, truncation to the
 //! sentence-transformers `max_seq_length` of 256 tokens); the encoder itself runs in the
-//! runtime ([`npu_runtime::bert`]), which also mean-pools and L2-normalises.
+//! [`rag_embedder`] crate, which also mean-pools and L2-normalises.
 
 use crate::embed_api::{ChunkTokenizer, Embedder};
 use crate::models::{cache_dir, DEFAULT_EMBEDDER};
 use anyhow::{anyhow, bail, Context, Result};
-use npu_runtime::bert::{BertModel, BertWorkspace, WeightFormat};
+/// The encoder's weight format, part of this module's API ([`MiniLmEmbedder::load_with`]).
+pub use rag_embedder::WeightFormat;
+use rag_embedder::{BertModel, BertWorkspace};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tokenizers::{Tokenizer, TruncationParams};
@@ -214,7 +216,7 @@ mod tests {
     fn golden() -> Vec<Case> {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../npu-runtime/tests/fixtures/minilm_golden.json"
+            "/embedder/tests/fixtures/minilm_golden.json"
         );
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

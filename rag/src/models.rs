@@ -116,10 +116,18 @@ fn parse_manifest(text: &str) -> Result<Vec<ModelEntry>> {
     Ok(out)
 }
 
-/// `$RAG_MODEL_DIR`, else `~/.cache/rag/models` (one definition, in the runtime, so the
-/// runtime's own tests find the same files).
+/// The model cache: `$RAG_MODEL_DIR`, else `~/.cache/rag/models`.
 pub fn cache_dir() -> PathBuf {
-    npu_runtime::model_path::cache_dir()
+    if let Some(d) = std::env::var_os("RAG_MODEL_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    PathBuf::from(home).join(".cache/rag/models")
+}
+
+/// Where repacked model weights are cached across loads (`WeightsCache::Dir`).
+pub fn weights_cache_dir() -> PathBuf {
+    cache_dir().join("repacked")
 }
 
 pub fn find(name: &str) -> Option<ModelEntry> {
@@ -129,7 +137,24 @@ pub fn find(name: &str) -> Option<ModelEntry> {
 /// A path to an existing model file, or a manifest name that is cached. Does not download:
 /// the error says how to.
 pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
-    Ok(npu_runtime::model_path::resolve(name_or_path)?)
+    let p = PathBuf::from(name_or_path);
+    if p.is_file() {
+        return Ok(p);
+    }
+    let Some(entry) = find(name_or_path) else {
+        bail!(
+            "model: '{name_or_path}' is neither a model file nor a known model name (see `rag model list`)"
+        );
+    };
+    let path = entry.path();
+    if !path.exists() {
+        bail!(
+            "model: model '{name_or_path}' is not downloaded (expected {}); run `rag model pull {name_or_path}` \
+             (or scripts/fetch-model.sh {name_or_path})",
+            path.display()
+        );
+    }
+    Ok(path)
 }
 
 /// Resolve, fetching a known model on first use.
@@ -324,7 +349,17 @@ mod tests {
     #[test]
     fn unknown_names_are_a_clear_error() {
         let err = resolve("no-such-model-xyz").unwrap_err().to_string();
-        assert!(err.contains("rag model list"), "{err}");
+        assert!(
+            err.contains("neither") && err.contains("rag model list"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn manifest_names_map_to_cache_files() {
+        let e = find("smollm2-135m").unwrap();
+        assert_eq!(e.path(), cache_dir().join("smollm2-135m.gguf"));
+        assert!(find("no-such-model").is_none());
     }
 
     #[test]

@@ -5,15 +5,27 @@
 use npu_runtime::session::{generate_greedy, LoadOptions, Model, Session, SessionOptions};
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
 use specdec::{GenConfig, Generator, Mode};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+/// `$RAG_MODEL_DIR/smollm2-135m.gguf`, else the same file in `~/.cache/rag/models`.
 fn model() -> Option<Arc<Model>> {
-    if std::env::var("RAG_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        return None;
+    let dir = std::env::var_os("RAG_MODEL_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rag/models")
+        });
+    let path = dir.join("smollm2-135m.gguf");
+    if !path.is_file() {
+        if std::env::var("RAG_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+            return None;
+        }
+        panic!(
+            "{} missing: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)",
+            path.display()
+        );
     }
-    let path = npu_runtime::model_path::resolve("smollm2-135m").unwrap_or_else(|e| {
-        panic!("{e}: run scripts/fetch-model.sh smollm2-135m (or set RAG_SKIP_MODEL_TESTS=1)")
-    });
     Some(Model::load(&path, &LoadOptions::with_threads(2)).expect("loading smollm2-135m"))
 }
 

@@ -13,7 +13,7 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     anyhow::ensure!(args.len() == 3, "usage: dump_logits MODEL_NAME OUT_DIR");
     let (name, out_dir) = (&args[1], PathBuf::from(&args[2]));
-    let path = npu_runtime::model_path::cache_dir().join(format!("{name}.gguf"));
+    let path = rag::models::cache_dir().join(format!("{name}.gguf"));
     let model = Model::load(&path, &LoadOptions::with_threads(2))?;
     let fixture =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/golden/{name}.json"));

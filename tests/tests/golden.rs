@@ -46,7 +46,7 @@ fn model_file(name: &str) -> Option<PathBuf> {
     if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
         return None;
     }
-    let dir = npu_runtime::model_path::cache_dir();
+    let dir = rag::models::cache_dir();
     let p = dir.join(format!("{name}.gguf"));
     assert!(
         p.exists(),

@@ -23,7 +23,7 @@ fn ready() -> Option<Arc<Model>> {
         }
         panic!("{e} (set RAG_SKIP_QNN_TESTS=1 to skip QNN tests)");
     }
-    let path = match npu_runtime::model_path::resolve("smollm2-135m") {
+    let path = match rag::models::resolve("smollm2-135m") {
         Ok(p) => p,
         Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
             eprintln!("skipping: {e}");

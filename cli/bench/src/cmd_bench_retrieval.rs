@@ -4,7 +4,7 @@
 
 use crate::{bench_report, data_files};
 use anyhow::{Context, Result};
-use npu_runtime::bert::WeightFormat;
+use rag::embed::WeightFormat;
 use rag::hybrid::{fuse, Fusion};
 use rag::index::{CANDIDATES, DEFAULT_FUSION};
 use rag::{Hit, Index, IndexOptions, IndexProgress, Phase, SearchMode};

@@ -13,8 +13,8 @@
 //! scores followed before, left room for 4 queries x 4 partials of one tile and read 5
 //! operands per 4 FMAs (benchmarks/runs/kernels-worklog.md#item-96).
 
+use super::kv_elem::KvElem;
 use super::simd::Isa;
-use crate::kv_cache::KvElem;
 
 /// Keys per tile.
 pub const TILE: usize = 16;

@@ -10,6 +10,7 @@ mod act;
 pub mod attn_tiles;
 pub mod gemm_f32;
 mod ggml;
+pub mod kv_elem;
 mod layout;
 pub mod matmul;
 pub mod peak;

@@ -23,7 +23,7 @@ use super::ggml::QUANT_TYPES;
 #[cfg(test)]
 use super::layout::decode_tile;
 use super::layout::{decode_row_scales, zero_point, Planes, Tile, GROUP};
-use super::matmul::{Kernel, Output};
+use super::matmul::kernel_io::{Kernel, Output};
 use super::GgmlType;
 use half::f16;
 use std::mem::MaybeUninit;
@@ -371,23 +371,6 @@ unsafe fn run_float(k: &Kernel, x: &[f32], g0: usize, g1: usize, out: &Output) {
             }
             // SAFETY: token t and group g of this call (the contract).
             unsafe { out.put(t, g, &acc) };
-        }
-    }
-}
-
-/// Running per-lane maximum for the argmax LM head: where `acc[i] > best[i]`
-/// (false for NaN), `best[i] = acc[i]` and `group[i] = g`. Visiting groups in
-/// ascending order keeps each lane's first (lowest-row) maximum.
-pub(crate) fn lane_best(
-    best: &mut [f32; GROUP],
-    group: &mut [u32; GROUP],
-    acc: &[f32; GROUP],
-    g: u32,
-) {
-    for i in 0..GROUP {
-        if acc[i] > best[i] {
-            best[i] = acc[i];
-            group[i] = g;
         }
     }
 }

@@ -65,7 +65,7 @@ fn silu_mul_body(gate: &mut [f32], up: &[f32]) {
 }
 
 /// The scalar form with FMA instructions (`mul_add` inlined, not a libm call).
-/// AVX2 has no vector form here: the exp constants are private to `vector.rs`.
+/// AVX2 has no vector form here: the exp constants are private to `vector/softmax.rs`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn silu_mul_fma(gate: &mut [f32], up: &[f32]) {

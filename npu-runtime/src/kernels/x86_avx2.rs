@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 use super::act::{pack_i16x2, QuantActs};
 use super::ggml::QUANT_TYPES;
 use super::layout::{block_plane_bytes, zero_point, Planes, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
-use super::matmul::{Kernel, OutOp, Output};
+use super::matmul::kernel_io::{Kernel, OutOp, Output};
 use super::portable::{filled, TCHUNK};
 use super::GgmlType;
 use std::mem::MaybeUninit;
@@ -240,7 +240,7 @@ unsafe fn emit(o: &Output, t: usize, g: usize, v: [__m256; 2]) {
                 }
                 OutOp::Accumulate => _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), v)),
                 OutOp::Argmax(gi) => {
-                    // `portable::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`.
+                    // `kernel_io::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`.
                     let best = _mm256_loadu_ps(p);
                     let m = _mm256_cmp_ps::<_CMP_GT_OQ>(v, best);
                     _mm256_storeu_ps(p, _mm256_blendv_ps(best, v, m));

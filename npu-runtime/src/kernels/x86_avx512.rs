@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 use super::act::{zero_sum_index, QuantActs};
 use super::ggml::QUANT_TYPES;
 use super::layout::{zero_point, GROUP, Q4K_MQ, Q4K_SC, Q6K_SUB};
-use super::matmul::{Kernel, OutOp, Output};
+use super::matmul::kernel_io::{Kernel, OutOp, Output};
 use super::portable::{filled, TCHUNK};
 use super::x86_avx2::Prefetch;
 use super::GgmlType;
@@ -114,7 +114,7 @@ unsafe fn emit(o: &Output, t: usize, g: usize, v: __m512) {
                 _mm512_mask_storeu_ps(p, k, _mm512_add_ps(old, v));
             }
             OutOp::Argmax(gi) => {
-                // `portable::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`;
+                // `kernel_io::lane_best`: `_CMP_GT_OQ` is false for NaN, like `>`;
                 // padding lanes of a partial group never win.
                 let m = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(k, v, _mm512_loadu_ps(p));
                 _mm512_mask_storeu_ps(p, m, v);

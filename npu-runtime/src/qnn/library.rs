@@ -19,12 +19,20 @@ pub const EXPECTED_CORE_API: (u32, u32) = (2, 40);
 /// HTP (v75) with native fp16; without it it defaults to v68.
 pub const DEFAULT_SOC_MODEL: u32 = 57;
 
-/// Where the libraries live: `$RAG_QNN_LIB_DIR`, else `qnn-htp/` in the model cache.
+/// Where the libraries live: `$RAG_QNN_LIB_DIR`, else `qnn-htp/` in the model cache
+/// (`$RAG_MODEL_DIR`, else `~/.cache/rag/models`, as `rag::models::cache_dir`; the model
+/// fetch puts the libraries there).
 pub fn lib_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("RAG_QNN_LIB_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    crate::model_path::cache_dir().join("qnn-htp")
+    let models = match std::env::var_os("RAG_MODEL_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rag/models")
+        }
+    };
+    models.join("qnn-htp")
 }
 
 /// Path of the HTP backend library inside [`lib_dir`] (the wheel's layout, which its RPATH

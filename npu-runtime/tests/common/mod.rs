@@ -55,16 +55,36 @@ pub fn smollm2() -> Option<Arc<Model>> {
     model_or_skip("smollm2-135m").map(|p| Model::load(&p, &LoadOptions::default()).unwrap())
 }
 
-/// The cached model file `name`; `None` (skip) if it is missing and `RAG_SKIP_MODEL_TESTS=1`.
+/// Where model `name` is cached: `$RAG_MODEL_DIR/<name>.gguf`, else
+/// `~/.cache/rag/models/<name>.gguf` (the runtime knows no model names; `rag::models` does).
+pub fn model_file(name: &str) -> PathBuf {
+    let dir = std::env::var_os("RAG_MODEL_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rag/models")
+        });
+    dir.join(format!("{name}.gguf"))
+}
+
+/// The cached model file `name`. A missing one fails with the fetch command, unless
+/// `RAG_SKIP_MODEL_TESTS=1` asks to skip (then `None`).
 pub fn model_or_skip(name: &str) -> Option<PathBuf> {
-    match npu_runtime::model_path::resolve(name) {
-        Ok(p) => Some(p),
-        Err(e) if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)"),
+    let p = model_file(name);
+    if p.is_file() {
+        return Some(p);
     }
+    if std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
+        eprintln!(
+            "skipping: {} missing and RAG_SKIP_MODEL_TESTS=1",
+            p.display()
+        );
+        return None;
+    }
+    panic!(
+        "{} missing: run scripts/fetch-model.sh {name} (or set RAG_SKIP_MODEL_TESTS=1)",
+        p.display()
+    );
 }
 
 /// Logit bits after a 20-token prefill and one decode step: every matrix of every layer

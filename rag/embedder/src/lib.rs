@@ -1,10 +1,10 @@
-//! BERT-family sentence encoder (all-MiniLM-L6-v2 and kin) executed by the runtime in f32.
+//! BERT-family sentence encoder (all-MiniLM-L6-v2 and kin) on the runtime's kernels.
 //!
 //! The encoder is a static-shape graph like the LLM graphs: a batch of token-id sequences is
 //! padded to the batch's longest sequence, an attention mask keeps the padding from ever
 //! touching a real token, and every intermediate lives in a [`BertWorkspace`] planned once and
 //! reused across calls. Text handling (tokenizer, truncation policy) is the caller's job: the
-//! runtime takes token ids, with the special tokens already in place.
+//! encoder takes token ids, with the special tokens already in place.
 //!
 //! Every output element is reduced in a fixed order that does not depend on the batch it was
 //! computed in, so embedding a text alone or inside a padded batch gives identical bits.

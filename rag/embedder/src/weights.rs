@@ -2,7 +2,7 @@
 //! presence, type and shape against the config before anything is sized from it.
 
 use super::{linear::Linear, BertConfig, BertError, WeightFormat};
-use crate::kernels::ThreadPool;
+use npu_runtime::kernels::ThreadPool;
 use safetensors::{Dtype, SafeTensors};
 use std::sync::Mutex;
 

@@ -6,8 +6,8 @@ use super::ops::{add_layer_norm, exp_approx, gelu_in_place, mean_pool_normalize}
 use super::parallel::for_row_chunks;
 use super::weights::{self, BertWeights};
 use super::{BertConfig, BertError, WeightFormat};
-use crate::kernels::gemm_f32::{gemm_f32, gemm_f32_serial, BOperand, GemmIsa, GemmScratch};
-use crate::kernels::{matmul, MatmulScratch, ThreadPool};
+use npu_runtime::kernels::gemm_f32::{gemm_f32, gemm_f32_serial, BOperand, GemmIsa, GemmScratch};
+use npu_runtime::kernels::{matmul, MatmulScratch, ThreadPool};
 use std::path::Path;
 
 /// Largest padded batch (`batch × longest sequence`) one call may run; bounds the workspace.

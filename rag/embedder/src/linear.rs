@@ -9,8 +9,8 @@
 //! added last, whatever `MR`, row offset or thread split produced it: results are
 //! batch-invariant bit for bit.
 
-use crate::kernels::gemm_f32::{GemmIsa, PackedF32};
-use crate::kernels::{GgmlType, QMatrix};
+use npu_runtime::kernels::gemm_f32::{GemmIsa, PackedF32};
+use npu_runtime::kernels::{GgmlType, QMatrix};
 
 /// Output features per panel (one 64-byte cache line of f32).
 const NR: usize = 16;
@@ -116,7 +116,7 @@ pub(crate) enum Linear {
         w: QMatrix,
         bias: Vec<f32>,
     },
-    /// f32 weights on the register-blocked GEMM ([`crate::kernels::gemm_f32`]).
+    /// f32 weights on the register-blocked GEMM ([`npu_runtime::kernels::gemm_f32`]).
     Gemm {
         w: PackedF32,
         bias: Vec<f32>,
@@ -218,12 +218,19 @@ mod tests {
 
     use super::*;
 
+    /// `len` values in [-1, 1) from a 64-bit LCG whose state starts one step past `seed`.
     fn values(seed: u64, len: usize) -> Vec<f32> {
-        // The state starts one step past `seed` (kept so the inputs stay as they were).
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        crate::test_rng::uniform(&mut s, len)
+        let next = |s: u64| {
+            s.wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407)
+        };
+        let mut s = next(seed);
+        (0..len)
+            .map(|_| {
+                s = next(s);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
     }
 
     /// Scalar reference with the same summation order (k ascending, bias last).
@@ -281,7 +288,7 @@ mod tests {
 
     #[test]
     fn dispatched_linear_agrees_with_reference() {
-        use crate::kernels::{matmul, MatmulScratch, ThreadPool};
+        use npu_runtime::kernels::{matmul, MatmulScratch, ThreadPool};
         let (rows, n, k) = (37, 48, 40);
         let (w, b, x) = (values(7, n * k), values(8, n), values(9, rows * k));
         let lin = Linear::new(&w, &b, n, k, WeightFormat::F32);
@@ -289,7 +296,7 @@ mod tests {
         let mut y = vec![0.0; rows * n];
         match &lin {
             Linear::Gemm { w, bias } => {
-                use crate::kernels::gemm_f32::{gemm_f32, GemmScratch};
+                use npu_runtime::kernels::gemm_f32::{gemm_f32, GemmScratch};
                 let pool = ThreadPool::new(2);
                 let scratch = GemmScratch::new(2, k);
                 gemm_f32(w, Some(bias), &x, rows, &mut y, &scratch, &pool);

@@ -1,7 +1,7 @@
 //! Row-parallel execution on the runtime's thread pool: each task owns a contiguous range of
 //! output rows (and one scratch slot), so no synchronisation is needed inside an operation.
 
-use crate::kernels::ThreadPool;
+use npu_runtime::kernels::ThreadPool;
 use std::sync::Mutex;
 
 /// Calls `f(first_row, rows, scratch)` for contiguous chunks of `out` (`row_len` floats per

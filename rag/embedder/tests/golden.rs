@@ -1,7 +1,7 @@
-//! all-MiniLM-L6-v2 through the runtime's BERT encoder against golden embeddings from an
+//! all-MiniLM-L6-v2 through our BERT encoder against golden embeddings from an
 //! independent float64 NumPy implementation (tests/fixtures/make_minilm_golden.py).
 
-use npu_runtime::bert::{BertModel, BertWorkspace, WeightFormat};
+use rag_embedder::{BertModel, BertWorkspace, WeightFormat};
 use std::path::PathBuf;
 
 fn model_dir() -> Option<PathBuf> {
