@@ -141,7 +141,6 @@ fn qnn_session(
     model: &std::sync::Arc<Model>,
     needed: usize,
 ) -> Result<Session<npu_runtime::qnn::QnnBackend>> {
-    use npu_runtime::qnn::{BinaryCache, QnnBackend};
     let kv = args.backend.qnn_kv;
     anyhow::ensure!(
         needed <= kv,
@@ -150,24 +149,14 @@ fn qnn_session(
     let rag::engine::BackendChoice::Qnn(shapes) = args.backend.choice()? else {
         anyhow::bail!("not the QNN backend");
     };
-    let opts =
-        rag::engine::qnn_session_options(&shapes, kv, rag_cli::kv_precision(&args.kv_cache)?)?;
-    opts.check(model.config())?;
-    let backend = QnnBackend::new(
-        model.clone(),
-        kv,
-        Some(BinaryCache::new(BinaryCache::default_dir())),
-    )?;
+    let precision = rag_cli::kv_precision(&args.kv_cache)?;
     let t0 = std::time::Instant::now();
-    let mut s = Session::with_backend(backend, model.clone(), opts)?;
+    let s = rag::engine::qnn_session(model, &shapes, kv, precision, args.backend.budget_mb()?)?;
     eprintln!(
-        "[qnn: {} graphs compiled or loaded from the context cache in {:.1} s]",
+        "[qnn: {} graphs compiled or loaded from the context cache, ready in {:.1} s]",
         s.graphs().count(),
         t0.elapsed().as_secs_f64()
     );
-    if let Some(mb) = args.backend.budget_mb()? {
-        rag::engine::enable_switching(&mut s, mb)?;
-    }
     Ok(s)
 }
 
@@ -230,23 +219,12 @@ pub fn run(args: Args) -> Result<()> {
         decode(&mut session, &args, &prompt, on_token)?
     } else {
         let d = SessionOptions::default();
-        let budget = args.backend.budget_mb()?;
-        let mut kv_capacity = prompt.len() + args.max_tokens + d.max_verify + 1;
-        if budget.is_some() {
-            // Room for the warm-up's prefill chunk.
-            kv_capacity = kv_capacity.max(d.prefill_chunk + d.max_verify + 1);
-        }
-        let mut session = Session::new(
-            model.clone(),
-            SessionOptions {
-                kv_capacity: kv_capacity.min(ctx),
-                kv_precision: rag_cli::kv_precision(&args.kv_cache)?,
-                ..d
-            },
-        )?;
-        if let Some(mb) = budget {
-            rag::engine::enable_switching(&mut session, mb)?;
-        }
+        let opts = SessionOptions {
+            kv_capacity: (prompt.len() + args.max_tokens + d.max_verify + 1).min(ctx),
+            kv_precision: rag_cli::kv_precision(&args.kv_cache)?,
+            ..d
+        };
+        let mut session = rag::engine::cpu_session(&model, opts, args.backend.budget_mb()?)?;
         decode(&mut session, &args, &prompt, on_token)?
     };
     if args.json {

@@ -88,6 +88,22 @@ class Timings:
     decode_tok_s: float
     first_token_ms: float
     """From the start of the question to the first text (includes a first model load)."""
+    switching: Optional[Switching]
+    """Progressive prefill-to-decode graph switching under ``npu_memory_mb``; None when
+    every graph stays resident."""
+
+class Switching:
+    """What progressive graph switching did during one answer's prefill."""
+
+    schedule: str
+    """The plan that ran: ``progressive-ls``, ``all-resident`` or ``decode-graphs``."""
+    prefill_ms: float
+    switch_ms: float
+    """Loader time spent switching, hidden behind compute or not."""
+    stall_ms: float
+    """The part of the switching the prompt waited for."""
+    switches: int
+    """Blocks switched."""
 
 class Speculation:
     """Speculative decoding's work on one answer (the text is the same in every mode)."""
@@ -182,6 +198,11 @@ class Assistant:
     :param backend: ``cpu`` or ``qnn`` (Qualcomm's HTP; its slow emulator on x86-64).
     :param preload_model: start loading the generation model in the background now.
     :param weights_cache: keep the model's repacked weights on disk between runs.
+    :param npu_memory_mb: residency budget of the block graphs in MB: when a block's
+        prefill and decode graphs do not fit together, the prefill switches each block from
+        one to the other progressively (``Timings.switching``). None: the backend's default
+        (QNN 4096, the CPU never switches). A budget below one form per block raises
+        ``RagError`` when the model loads.
     :raises RagError: the index cannot be opened or the embedder cannot be loaded.
     :raises ValueError: an unknown ``spec``, ``kv_cache`` or ``backend``.
     """
@@ -199,6 +220,7 @@ class Assistant:
         backend: str = "cpu",
         preload_model: bool = False,
         weights_cache: bool = True,
+        npu_memory_mb: Optional[int] = None,
     ) -> None: ...
     @property
     def model(self) -> str:

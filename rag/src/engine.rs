@@ -6,8 +6,8 @@
 use anyhow::{Context, Result};
 use npu_runtime::backend::Backend;
 use npu_runtime::qnn::{BinaryCache, QnnBackend};
-use npu_runtime::schedule::machine_id;
 use npu_runtime::schedule::profile::{cache_dir, cache_path};
+use npu_runtime::schedule::profile_machine;
 use npu_runtime::schedule::{Profile, ScheduleKind};
 use npu_runtime::session::{
     self, GenerationStats, KvPrecision, Model, Session, SessionOptions, SwitchReport, Switching,
@@ -172,10 +172,11 @@ pub fn memory_budget_mb(backend: &BackendChoice, npu_memory_mb: Option<u64>) -> 
 /// Nothing switches when both forms of every block fit the budget (returns false).
 pub fn enable_switching<B: Backend>(session: &mut Session<B>, budget_mb: u64) -> Result<bool> {
     let budget_bytes = budget_mb.saturating_mul(1 << 20);
-    let both: u64 = session.form_bytes().iter().map(|(a, b)| a + b).sum();
-    if budget_bytes >= both || !session.has_two_forms() {
+    let need = session.residency_bytes();
+    if budget_bytes >= need.both_forms || !session.has_two_forms() {
         return Ok(false);
     }
+    need.check(budget_bytes)?;
     let model = Arc::clone(session.model());
     let o = session.options().clone();
     let name = model
@@ -184,34 +185,23 @@ pub fn enable_switching<B: Backend>(session: &mut Session<B>, budget_mb: u64) ->
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
     let backend = session.backend().name();
+    let machine = profile_machine(backend, model.threads());
+    let layout = format!("{name}-b{}-v{}-{}", o.blocks, o.min_verify, o.max_verify);
     // Static QNN graphs attend over every KV slot, so their costs depend on the capacity;
-    // the CPU's do not.
-    let (label, machine, reps) = if backend == "cpu" {
-        let label = format!("{name}-b{}-v{}-{}", o.blocks, o.min_verify, o.max_verify);
-        let machine = format!("{} ({} threads)", machine_id(), model.threads());
-        (label, machine, 3)
+    // the CPU's do not. Warm-up repetitions: medians of 3, which shrug off one slow run on
+    // a shared machine (on the emulator that is minutes, once per layout and machine).
+    let label = if backend == "cpu" {
+        layout
     } else {
-        let label = format!(
-            "{name}-b{}-v{}-{}-kv{}",
-            o.blocks, o.min_verify, o.max_verify, o.kv_capacity
-        );
-        (label, format!("{} (emulated HTP)", machine_id()), 1)
+        format!("{layout}-kv{}", o.kv_capacity)
     };
-    let one: u64 = session.form_bytes().iter().map(|(a, b)| *a.max(b)).sum();
-    anyhow::ensure!(
-        budget_bytes >= one,
-        "a residency budget of {budget_mb} MB cannot hold one form of every block ({} MB \
-         needed; both forms take {} MB)",
-        one.div_ceil(1 << 20),
-        both.div_ceil(1 << 20)
-    );
     let path = cache_path(&cache_dir(), &label, backend, &machine, o.prefill_chunk);
     let profile = match Profile::load(&path) {
         Ok(p) => p,
         Err(_) => {
             let t0 = std::time::Instant::now();
             let p = session
-                .profile_forms(&label, &machine, reps)
+                .profile_forms(&label, &machine, WARMUP_REPS)
                 .context("profiling the prefill and decode graphs")?;
             // A failed write only costs another warm-up next time.
             if let Err(e) = p.save(&path) {
@@ -233,6 +223,55 @@ pub fn enable_switching<B: Backend>(session: &mut Session<B>, budget_mb: u64) ->
     Ok(true)
 }
 
+/// Repetitions of the switching warm-up (medians).
+pub const WARMUP_REPS: usize = 3;
+
+/// A CPU session with `opts`, switching under `budget_mb` if given. The KV capacity grows
+/// when switching so that the warm-up's prefill chunk fits (never past the model's context).
+pub fn cpu_session(
+    model: &Arc<Model>,
+    mut opts: SessionOptions,
+    budget_mb: Option<u64>,
+) -> Result<Session> {
+    if budget_mb.is_some() {
+        opts.kv_capacity = opts
+            .kv_capacity
+            .max(opts.prefill_chunk + opts.max_verify + 1)
+            .min(model.config().ctx_len);
+    }
+    let mut s = Session::new(Arc::clone(model), opts)?;
+    if let Some(mb) = budget_mb {
+        enable_switching(&mut s, mb)?;
+    }
+    Ok(s)
+}
+
+/// A session on the QNN HTP backend with `shapes` and `kv_capacity` slots (the graphs'
+/// static KV shape), compiled or read from the context cache, switching under `budget_mb`
+/// if given.
+pub fn qnn_session(
+    model: &Arc<Model>,
+    shapes: &QnnShapes,
+    kv_capacity: usize,
+    kv_precision: KvPrecision,
+    budget_mb: Option<u64>,
+) -> Result<Session<QnnBackend>> {
+    let opts = qnn_session_options(shapes, kv_capacity, kv_precision)?;
+    // Before the backend sizes its tables by the capacity.
+    opts.check(model.config())?;
+    let b = QnnBackend::new(
+        Arc::clone(model),
+        kv_capacity,
+        shapes.cache_dir.clone().map(BinaryCache::new),
+    )?;
+    let mut s =
+        Session::with_backend(b, Arc::clone(model), opts).context("building the QNN graphs")?;
+    if let Some(mb) = budget_mb {
+        enable_switching(&mut s, mb)?;
+    }
+    Ok(s)
+}
+
 /// Opens an engine for `model` with `kv_capacity` KV slots on `backend`. On QNN this
 /// compiles (or reads from the context cache) every block graph. With a residency budget
 /// ([`memory_budget_mb`]) the prefill switches blocks from prefill to decode graphs
@@ -245,38 +284,23 @@ pub fn open(
     npu_memory_mb: Option<u64>,
 ) -> Result<Box<dyn Engine>> {
     let budget = memory_budget_mb(backend, npu_memory_mb);
-    match backend {
+    Ok(match backend {
         BackendChoice::Cpu => {
-            let mut s = Session::new(
-                Arc::clone(model),
-                SessionOptions {
-                    kv_capacity,
-                    kv_precision,
-                    ..SessionOptions::default()
-                },
-            )?;
-            if let Some(mb) = budget {
-                enable_switching(&mut s, mb)?;
-            }
-            Ok(Box::new(s))
-        }
-        BackendChoice::Qnn(shapes) => {
-            let opts = qnn_session_options(shapes, kv_capacity, kv_precision)?;
-            // Before the backend sizes its tables by the capacity.
-            opts.check(model.config())?;
-            let b = QnnBackend::new(
-                Arc::clone(model),
+            let opts = SessionOptions {
                 kv_capacity,
-                shapes.cache_dir.clone().map(BinaryCache::new),
-            )?;
-            let mut s = Session::with_backend(b, Arc::clone(model), opts)
-                .context("building the QNN graphs")?;
-            if let Some(mb) = budget {
-                enable_switching(&mut s, mb)?;
-            }
-            Ok(Box::new(s))
+                kv_precision,
+                ..SessionOptions::default()
+            };
+            Box::new(cpu_session(model, opts, budget)?)
         }
-    }
+        BackendChoice::Qnn(shapes) => Box::new(qnn_session(
+            model,
+            shapes,
+            kv_capacity,
+            kv_precision,
+            budget,
+        )?),
+    })
 }
 
 /// Session options for `shapes`: one decode/verify size, one prefill size.

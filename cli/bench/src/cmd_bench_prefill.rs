@@ -478,8 +478,8 @@ fn run_real<B: Backend>(
     backend: &str,
     make: &MakeSession<'_, B>,
 ) -> anyhow::Result<()> {
-    use npu_runtime::schedule::machine_id;
     use npu_runtime::schedule::profile::{cache_dir, cache_path};
+    use npu_runtime::schedule::profile_machine;
     use std::cell::RefCell;
     let g2 = args.g2.unwrap_or(d.g2);
     let kv_cap = (args.prompt_tokens + g2 + 1).next_multiple_of(64);
@@ -495,10 +495,7 @@ fn run_real<B: Backend>(
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
-    let machine = match backend {
-        "cpu" => format!("{} ({} threads)", machine_id(), model.threads()),
-        _ => format!("{} (emulated HTP)", machine_id()),
-    };
+    let machine = profile_machine(backend, model.threads());
     let vocab = model.vocab_size() as u32;
     let prompt: Vec<u32> = (0..args.prompt_tokens as u32)
         .map(|i| (i.wrapping_mul(7919) + 13) % vocab)

@@ -8,7 +8,7 @@
 
 use crate::bench_report;
 use anyhow::{bail, Context, Result};
-use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
+use npu_runtime::session::{LoadOptions, Model, SessionOptions};
 use rag::engine::Engine;
 use serde_json::json;
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
@@ -250,23 +250,16 @@ pub fn run(args: Args) -> Result<()> {
     let backend = args.backend.choice()?;
     let budget = args.backend.npu_memory_mb;
     let mut session: Box<dyn Engine> = match &backend {
-        rag::engine::BackendChoice::Cpu => {
-            let d = SessionOptions::default();
-            let mut s = Session::new(
-                model.clone(),
-                SessionOptions {
-                    // Room for a switching warm-up's prefill chunk.
-                    kv_capacity: kv.max(d.prefill_chunk + args.max_verify + 1),
-                    max_verify: args.max_verify,
-                    kv_precision: precision,
-                    ..d
-                },
-            )?;
-            if let Some(mb) = budget {
-                rag::engine::enable_switching(&mut s, mb)?;
-            }
-            Box::new(s)
-        }
+        rag::engine::BackendChoice::Cpu => Box::new(rag::engine::cpu_session(
+            &model,
+            SessionOptions {
+                kv_capacity: kv,
+                max_verify: args.max_verify,
+                kv_precision: precision,
+                ..SessionOptions::default()
+            },
+            budget,
+        )?),
         // A static shape: rounded up so that runs on similar prompts share compiled graphs.
         qnn => rag::engine::open(&model, qnn, kv.div_ceil(128) * 128, precision, budget)?,
     };

@@ -29,3 +29,14 @@ pub fn machine_id() -> String {
         crate::kernels::simd::detected().name()
     )
 }
+
+/// The machine a warm-up profile of `backend` describes, as profile files name it: the CPU
+/// backend's costs depend on the compute threads; the HTP's do not (on x86-64 the HTP is
+/// the QNN emulator, so the host still matters).
+pub fn profile_machine(backend: &str, threads: usize) -> String {
+    match backend {
+        "cpu" => format!("{} ({threads} threads)", machine_id()),
+        _ if cfg!(target_arch = "x86_64") => format!("{} (emulated HTP)", machine_id()),
+        _ => format!("{} (HTP)", machine_id()),
+    }
+}

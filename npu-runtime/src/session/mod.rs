@@ -16,7 +16,7 @@ use std::time::Instant;
 
 mod switching;
 use switching::{Forms, SwitchState};
-pub use switching::{SwitchReport, Switching};
+pub use switching::{Residency, SwitchReport, Switching};
 
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -216,6 +216,11 @@ impl<B: Backend> Session<B> {
 
     pub fn options(&self) -> &SessionOptions {
         &self.opts
+    }
+
+    /// Blocks of consecutive layers the model is cut into (graphs per shape).
+    pub fn n_blocks(&self) -> usize {
+        self.shapes.first().map_or(0, |s| s.graphs.len())
     }
 
     pub fn n_past(&self) -> usize {

@@ -34,6 +34,32 @@ pub struct Switching {
     pub profile: Profile,
 }
 
+/// What a residency budget must hold ([`Session::residency_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Residency {
+    /// One form of every block, the larger of its two: the least that can run.
+    pub one_form: u64,
+    /// Both forms of every block: a budget this large never switches.
+    pub both_forms: u64,
+}
+
+impl Residency {
+    /// An error naming both figures when `budget_bytes` cannot hold one form per block.
+    pub fn check(&self, budget_bytes: u64) -> Result<()> {
+        let mb = |b: u64| b.div_ceil(1 << 20);
+        if budget_bytes < self.one_form {
+            return Err(RuntimeError::Capacity(format!(
+                "a residency budget of {} MB cannot hold one form of every block ({} MB \
+                 needed; both forms take {} MB)",
+                mb(budget_bytes),
+                mb(self.one_form),
+                mb(self.both_forms)
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Which forms are resident.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Forms {
@@ -320,8 +346,7 @@ impl<B: Backend> Session<B> {
     /// Resident bytes of each block's `(G1, G2)` forms.
     pub fn form_bytes(&self) -> Vec<(u64, u64)> {
         let chunk = self.opts.prefill_chunk;
-        let n = self.shapes.first().map_or(0, |s| s.graphs.len());
-        (0..n)
+        (0..self.n_blocks())
             .map(|b| {
                 let mut g1 = 0;
                 let mut g2 = 0;
@@ -336,6 +361,17 @@ impl<B: Backend> Session<B> {
                 (g1, g2)
             })
             .collect()
+    }
+
+    /// Resident bytes of one form of every block (the larger of the two: the least a
+    /// switching budget must hold) and of both forms of every block (a budget that holds
+    /// them never switches).
+    pub fn residency_bytes(&self) -> Residency {
+        let bytes = self.form_bytes();
+        Residency {
+            one_form: bytes.iter().map(|(a, b)| *a.max(b)).sum(),
+            both_forms: bytes.iter().map(|(a, b)| a + b).sum(),
+        }
     }
 
     /// Layer range of each block, e.g. "0-14".
@@ -378,7 +414,7 @@ impl<B: Backend> Session<B> {
     ) -> SessionForms<'s, B> {
         let chunk = self.opts.prefill_chunk;
         let run = self.opts.max_verify;
-        let n_blocks = self.shapes.first().map_or(0, |s| s.graphs.len());
+        let n_blocks = self.n_blocks();
         let mut g1: Vec<Option<&mut B::Graph>> = (0..n_blocks).map(|_| None).collect();
         let mut g2: Vec<Vec<(usize, &mut B::Graph)>> = (0..n_blocks).map(|_| Vec::new()).collect();
         for s in self.shapes.iter_mut() {
@@ -523,20 +559,9 @@ impl<B: Backend> Session<B> {
                 self.opts.max_verify
             )));
         }
-        let bytes = self.form_bytes();
-        let both: u64 = bytes.iter().map(|(a, b)| a + b).sum();
-        let one: u64 = bytes.iter().map(|(a, b)| *a.max(b)).sum();
-        let mb = |b: u64| b.div_ceil(1 << 20);
-        if config.budget_bytes < one {
-            return Err(RuntimeError::Capacity(format!(
-                "a residency budget of {} MB cannot hold one form of every block ({} MB \
-                 needed; both forms take {} MB)",
-                mb(config.budget_bytes),
-                mb(one),
-                mb(both)
-            )));
-        }
-        let all_fit = config.budget_bytes >= both;
+        let need = self.residency_bytes();
+        need.check(config.budget_bytes)?;
+        let all_fit = config.budget_bytes >= need.both_forms;
         self.switching = Some(SwitchState {
             config,
             all_fit,
@@ -566,7 +591,6 @@ impl<B: Backend> Session<B> {
     pub(super) fn prefill_switching(&mut self, tokens: &[u32], topk: usize) -> Result<usize> {
         if self.switching.as_ref().is_some_and(|s| s.all_fit) {
             let t0 = Instant::now();
-            self.set_forms(Forms::All)?;
             let last = self.prefill_plain(tokens, topk)?;
             if let Some(s) = &mut self.switching {
                 s.report = Some(SwitchReport {
@@ -597,7 +621,7 @@ impl<B: Backend> Session<B> {
         topk: usize,
         state: &mut SwitchState,
     ) -> Result<usize> {
-        let n_blocks = self.block_labels().len();
+        let n_blocks = self.n_blocks();
         let n_chunks = tokens.len().div_ceil(self.opts.prefill_chunk);
         let base = self.kv.n_past();
         let t0 = Instant::now();
@@ -698,8 +722,10 @@ impl<B: Backend> Session<B> {
 
     /// (blocks, chunks) of a prefill of `tokens`.
     fn plan_shape(&self, tokens: &[u32]) -> (usize, usize) {
-        let n = self.shapes.first().map_or(0, |s| s.graphs.len());
-        (n, tokens.len().div_ceil(self.opts.prefill_chunk))
+        (
+            self.n_blocks(),
+            tokens.len().div_ceil(self.opts.prefill_chunk),
+        )
     }
 
     fn finish_bench_prefill(

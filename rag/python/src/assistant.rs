@@ -53,7 +53,8 @@ impl Assistant {
     #[new]
     #[pyo3(signature = (
         index_dir, *, model=None, spec="sdnpu", threads=0, dense=true, kv_capacity=4096,
-        kv_cache="f32", backend="cpu", preload_model=false, weights_cache=true
+        kv_cache="f32", backend="cpu", preload_model=false, weights_cache=true,
+        npu_memory_mb=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
@@ -68,6 +69,7 @@ impl Assistant {
         backend: &str,
         preload_model: bool,
         weights_cache: bool,
+        npu_memory_mb: Option<u64>,
     ) -> PyResult<Self> {
         let mut opts = AssistantOptions::new(index_dir);
         if let Some(m) = model {
@@ -81,6 +83,7 @@ impl Assistant {
             .ok_or_else(|| value_error(format!("kv_cache: {kv_cache:?} (f32 or f16)")))?;
         opts.backend = BackendChoice::parse(backend).map_err(value_error)?;
         opts.preload_model = preload_model;
+        opts.npu_memory_mb = npu_memory_mb;
         if !weights_cache {
             opts.weights_cache = WeightsCache::Off;
         }

@@ -100,6 +100,46 @@ pub struct Timings {
     pub decode_tok_s: f64,
     /// From the start of the question to the first text (includes a first model load).
     pub first_token_ms: f64,
+    /// Progressive prefill-to-decode graph switching under a residency budget
+    /// (`npu_memory_mb`); None when every graph stays resident.
+    pub switching: Option<Switching>,
+}
+
+/// What progressive graph switching did during one answer's prefill.
+#[pyclass(frozen, get_all, module = "ragkit")]
+#[derive(Clone)]
+pub struct Switching {
+    /// The plan that ran (`progressive-ls`, `all-resident`, `decode-graphs`).
+    pub schedule: String,
+    pub prefill_ms: f64,
+    /// Loader time spent switching, hidden behind compute or not.
+    pub switch_ms: f64,
+    /// The part of the switching the prompt waited for.
+    pub stall_ms: f64,
+    /// Blocks switched.
+    pub switches: usize,
+}
+
+impl From<npu_runtime::session::SwitchReport> for Switching {
+    fn from(r: npu_runtime::session::SwitchReport) -> Self {
+        Switching {
+            schedule: r.schedule,
+            prefill_ms: r.prefill_ms,
+            switch_ms: r.switch_ms,
+            stall_ms: r.stall_ms,
+            switches: r.switches,
+        }
+    }
+}
+
+#[pymethods]
+impl Switching {
+    fn __repr__(&self) -> String {
+        format!(
+            "Switching(schedule={:?}, switches={}, switch_ms={:.1}, stall_ms={:.1})",
+            self.schedule, self.switches, self.switch_ms, self.stall_ms
+        )
+    }
 }
 
 #[pymethods]
@@ -176,6 +216,7 @@ impl From<rag::assistant::Answer> for Answer {
                 decode_ms: a.timings.decode_ms,
                 decode_tok_s: a.timings.decode_tok_s,
                 first_token_ms: a.timings.first_token_ms,
+                switching: a.timings.switching.map(Switching::from),
             },
             tokens_generated: a.tokens_generated,
             prompt_tokens: a.prompt_tokens,

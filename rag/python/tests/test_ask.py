@@ -158,3 +158,24 @@ def test_generation_releases_the_gil(counting):
         time.sleep(0.001)
     t.join()
     assert ticks > 20
+
+
+def test_a_residency_budget_switches_graphs_and_keeps_the_answer(
+    assistant, index_dir, tmp_path, monkeypatch
+):
+    """`npu_memory_mb` below both forms of the block graphs: the prefill switches them
+    progressively (on the CPU backend too, where a form is its activation buffers) and the
+    answer stays the same; a budget below one form per block is a RagError."""
+    monkeypatch.setenv("RAG_PROFILE_DIR", str(tmp_path))
+    q = "How do I factory reset the console?"
+    resident = assistant.ask(q, max_tokens=16)
+    assert resident.timings.switching is None
+    switching = ragkit.Assistant(index_dir, model=MODEL, threads=2, npu_memory_mb=5)
+    answer = switching.ask(q, max_tokens=16)
+    assert answer.answer == resident.answer
+    sw = answer.timings.switching
+    assert sw is not None and sw.schedule == "progressive-ls" and sw.switches == 1
+    assert sw.stall_ms >= 0 and "progressive-ls" in repr(sw)
+    too_small = ragkit.Assistant(index_dir, model=MODEL, threads=2, npu_memory_mb=1)
+    with pytest.raises(ragkit.RagError, match="cannot hold one form of every block"):
+        too_small.ask(q, max_tokens=4)
