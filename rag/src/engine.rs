@@ -60,8 +60,11 @@ pub struct QnnShapes {
 /// Decode/verify graph rows on QNN: graphs of fewer rows compile to less precise HTP code
 /// (docs/qnn.md), and 16 holds the drafts the budget controller picks on a flat curve.
 pub const QNN_VERIFY_ROWS: usize = 16;
-/// Prefill graph rows on QNN.
-pub const QNN_PREFILL_ROWS: usize = 64;
+/// Prefill graph rows on QNN: the size with the shortest measured time to first token
+/// among 16, 32, 64 and 128 (emulator, SmolLM2, a 148-token prompt: a graph costs its
+/// full rows and the per-row cost did not fall with size, so padding decides;
+/// `benchmarks/runs/2026-11-28-qnn-prefill-shapes.md`). On a phone, re-measure.
+pub const QNN_PREFILL_ROWS: usize = 32;
 /// Residency budget of the QNN graphs when none is given: a phone NPU's share of memory
 /// for one model. Both forms of every block of the 1.5B default model (fp16 weights in
 /// each, ~6 GB) do not fit, one form of each (~3 GB) does, so that model switches
