@@ -109,6 +109,11 @@ fn the_index_remembers_its_folders() {
         s.rag(&["index", "--no-dense", "--index-dir", idx])
             .arg(s.path("corpus")),
     );
+    // A folder inside a remembered one is not remembered on its own.
+    run_ok(
+        s.rag(&["index", "--no-dense", "--index-dir", idx])
+            .arg(s.path("corpus/guide")),
+    );
 
     let status = json(&run_ok(&mut s.rag(&[
         "status",

@@ -215,13 +215,23 @@ pub struct RootRow {
     pub synced_unix: Option<i64>,
 }
 
-/// Remember `paths` (canonical) as roots; already known ones keep their times.
+/// Remember `paths` (canonical) as roots; already known ones keep their times. A path
+/// inside a known root adds nothing (a re-sync of that root covers it), and known roots
+/// inside a new one give way to it, so each file is under one root.
 pub fn add_roots(conn: &Connection, paths: &[String]) -> Result<()> {
     let now = unix_now();
-    let mut st =
-        conn.prepare_cached("INSERT OR IGNORE INTO roots(path, added_unix) VALUES(?1, ?2)")?;
     for p in paths {
-        st.execute(params![p, now])?;
+        let known = roots(conn)?;
+        if known.iter().any(|r| Path::new(p).starts_with(&r.path)) {
+            continue;
+        }
+        for r in known.iter().filter(|r| Path::new(&r.path).starts_with(p)) {
+            conn.execute("DELETE FROM roots WHERE path=?1", [&r.path])?;
+        }
+        conn.execute(
+            "INSERT INTO roots(path, added_unix) VALUES(?1, ?2)",
+            params![p, now],
+        )?;
     }
     Ok(())
 }
@@ -529,5 +539,22 @@ mod tests {
         // Opening again (already current) changes nothing.
         let conn = open(&path).unwrap();
         assert_eq!(roots(&conn).unwrap(), r);
+    }
+
+    /// Each path is under one root: a nested one adds nothing, an enclosing one replaces
+    /// the roots inside it.
+    #[test]
+    fn roots_do_not_nest() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("store.sqlite")).unwrap();
+        let paths = |c: &Connection| -> Vec<String> {
+            roots(c).unwrap().into_iter().map(|r| r.path).collect()
+        };
+        add_roots(&conn, &["/d/a".into(), "/d/b/x.md".into(), "/dx".into()]).unwrap();
+        assert_eq!(paths(&conn), ["/d/a", "/d/b/x.md", "/dx"]);
+        add_roots(&conn, &["/d".into()]).unwrap();
+        assert_eq!(paths(&conn), ["/d", "/dx"]);
+        add_roots(&conn, &["/d/a/deeper".into(), "/d".into()]).unwrap();
+        assert_eq!(paths(&conn), ["/d", "/dx"]);
     }
 }
