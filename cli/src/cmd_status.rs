@@ -24,6 +24,8 @@ pub struct Args {
 #[derive(serde::Serialize)]
 struct Status {
     index_dir: String,
+    /// The config file read, if there is one.
+    config_file: Option<String>,
     schema_version: usize,
     folders: Vec<Folder>,
     files: u64,
@@ -73,6 +75,9 @@ pub fn run(a: Args) -> Result<()> {
     let model = config.model(a.model);
     let status = Status {
         index_dir: index.dir().display().to_string(),
+        config_file: Config::path()
+            .filter(|p| p.is_file())
+            .map(|p| p.display().to_string()),
         schema_version: index.schema_version()?,
         folders: index
             .roots()?
@@ -105,6 +110,9 @@ pub fn run(a: Args) -> Result<()> {
 
 fn text(s: &Status) -> String {
     let mut out = format!("index: {}\n", s.index_dir);
+    if let Some(c) = &s.config_file {
+        out += &format!("config: {c}\n");
+    }
     if s.folders.is_empty() {
         out += "folders: none remembered (`rag index DIR` records them)\n";
     } else {

@@ -133,6 +133,8 @@ fn the_index_remembers_its_folders() {
     assert!(status["chunks"].as_u64().unwrap() >= 12);
     assert_eq!(status["embedding_model"], Value::Null);
     assert_eq!(status["schema_version"], 1);
+    let config = s.path("empty.toml");
+    assert_eq!(status["config_file"], config.to_str().unwrap());
     assert!(status["updated_unix"].as_i64().unwrap() > 1_700_000_000);
     let disk = &status["disk_bytes"];
     let parts: u64 = ["store", "bm25", "dense", "other"]
