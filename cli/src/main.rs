@@ -82,3 +82,28 @@ fn main() {
         std::process::exit(code);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every command says what it does in `--help`.
+    #[test]
+    fn every_argument_has_help() {
+        fn visit(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                visit(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        visit(&Cli::command(), "rag", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+    }
+}
