@@ -38,7 +38,7 @@ pub struct AssistantArgs {
     pub context_tokens: usize,
     /// Speculative decoding: none, pld, sam or sdnpu (the answer is the same; speed
     /// differs) [default: the config file's spec, or sdnpu].
-    #[arg(long)]
+    #[arg(long, value_parser = ["none", "pld", "sam", "sdnpu"])]
     pub spec: Option<String>,
     /// Compute threads, 0 = all cores [default: the config file's threads, or 0].
     #[arg(long)]
@@ -213,7 +213,6 @@ mod tests {
             ("b.gguf", 4, 1, specdec::Mode::None)
         );
         assert_eq!(s.index_dir, PathBuf::from("/flag"));
-        let a = Wrap::parse_from(["rag", "--spec", "warp"]).args;
-        assert!(a.settings(&c).is_err());
+        assert!(Wrap::try_parse_from(["rag", "--spec", "warp"]).is_err());
     }
 }

@@ -326,6 +326,9 @@ fn help_lists_the_new_commands_and_the_exit_codes() {
         Some(2)
     );
     assert_eq!(run(&mut s.rag(&["frobnicate"])).status.code(), Some(2));
+    let out = run(&mut s.rag(&["ask", "--spec", "warp", "q"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("sdnpu"), "{}", stderr(&out));
 }
 
 #[test]
