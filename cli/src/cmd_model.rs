@@ -61,6 +61,7 @@ pub fn run(cmd: ModelCmd) -> Result<()> {
                         .with_context(|| format!("removing {}", repacked.display()))?;
                     freed += m.len();
                 }
+                let _ = std::fs::remove_file(models::verified_record(&path));
                 freed += std::fs::metadata(&path).map_or(0, |m| m.len());
                 std::fs::remove_file(&path)
             };

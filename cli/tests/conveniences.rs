@@ -342,6 +342,8 @@ fn model_rm_deletes_the_model_and_its_repacked_weights() {
     let repacked = npu_runtime::weights_cache::cache_path(&cache.join("repacked"), &file);
     std::fs::create_dir_all(repacked.parent().unwrap()).unwrap();
     std::fs::write(&repacked, b"repacked").unwrap();
+    let record = rag::models::verified_record(&file);
+    std::fs::write(&record, b"stamp").unwrap();
     let rm = || {
         run(s
             .rag(&["model", "rm", "smollm2-135m"])
@@ -349,7 +351,7 @@ fn model_rm_deletes_the_model_and_its_repacked_weights() {
     };
     let out = rm();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(!file.exists() && !repacked.exists());
+    assert!(!file.exists() && !repacked.exists() && !record.exists());
     // Not downloaded (any more), or not a model at all: the missing-model code.
     assert_eq!(rm().status.code(), Some(4));
     let out = run(s
