@@ -1,29 +1,32 @@
 //! The flags `rag ask`, `rag chat` and `rag serve` share: the index, the model and how it
 //! runs, and what each question retrieves. Every default is the library's
-//! (`rag::assistant`), so the commands behave as `Assistant` does when told nothing.
+//! (`rag::assistant`), so the commands behave as `Assistant` does when told nothing; the
+//! index, model, top-k, threads and spec mode may also come from the environment or the
+//! config file (`rag_cli::config`).
 
 use anyhow::Result;
 use npu_runtime::session::KvPrecision;
 use npu_runtime::weights_cache::WeightsCache;
-use rag::assistant::{AskOptions, AssistantOptions, DEFAULT_CONTEXT_TOKENS, DEFAULT_TOP_K};
+use rag::assistant::{AskOptions, AssistantOptions, DEFAULT_CONTEXT_TOKENS};
 use rag::SearchMode;
 use rag_cli::backend_args::BackendArgs;
+use rag_cli::config::Config;
 use std::path::PathBuf;
-
-/// Where `rag index`, `rag search` and the assistant commands keep the index.
-pub const DEFAULT_INDEX_DIR: &str = ".rag-index";
 
 #[derive(clap::Args)]
 pub struct AssistantArgs {
-    /// Where the index lives.
-    #[arg(long, default_value = DEFAULT_INDEX_DIR)]
-    pub index_dir: PathBuf,
-    /// Model name (fetched on first use) or path to a GGUF file.
-    #[arg(long, default_value = rag::models::DEFAULT_MODEL)]
-    pub model: String,
-    /// Passages retrieved for each question (the prompt's numbered sources).
-    #[arg(long, short = 'k', default_value_t = DEFAULT_TOP_K)]
-    pub top_k: usize,
+    /// Where the index lives [default: $RAG_INDEX_DIR, the config file's index_dir, or
+    /// .rag-index].
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
+    /// Model name (fetched on first use) or path to a GGUF file [default: the config
+    /// file's model, or the library's default].
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    /// Passages retrieved for each question (the prompt's numbered sources) [default: the
+    /// config file's top_k, or 5].
+    #[arg(long, short = 'k')]
+    pub top_k: Option<usize>,
     /// hybrid (BM25 + dense, fused), bm25 or dense.
     #[arg(long, default_value_t = AskOptions::default().mode)]
     pub mode: SearchMode,
@@ -33,12 +36,13 @@ pub struct AssistantArgs {
     /// Token budget for the numbered sources in the prompt.
     #[arg(long, default_value_t = DEFAULT_CONTEXT_TOKENS)]
     pub context_tokens: usize,
-    /// Speculative decoding: none, pld, sam or sdnpu (the answer is the same; speed differs).
-    #[arg(long, default_value = rag::assistant::DEFAULT_SPEC.name())]
-    pub spec: String,
-    /// Compute threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    /// Speculative decoding: none, pld, sam or sdnpu (the answer is the same; speed
+    /// differs) [default: the config file's spec, or sdnpu].
+    #[arg(long, value_parser = ["none", "pld", "sam", "sdnpu"])]
+    pub spec: Option<String>,
+    /// Compute threads, 0 = all cores [default: the config file's threads, or 0].
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Repack the model's weights on every load instead of keeping them in
     /// `$RAG_MODEL_DIR/repacked` (saves about one model size of disk).
     #[arg(long)]
@@ -55,20 +59,41 @@ pub struct AssistantArgs {
     pub backend: BackendArgs,
 }
 
+/// The settings a flag, the environment or the config file may give, resolved.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub index_dir: PathBuf,
+    pub model: String,
+    pub top_k: usize,
+    pub threads: usize,
+    pub spec: specdec::Mode,
+}
+
 impl AssistantArgs {
+    /// The flags, else the environment, else `config`, else the built-in defaults.
+    pub fn settings(&self, config: &Config) -> Result<Settings> {
+        Ok(Settings {
+            index_dir: config.index_dir(self.index_dir.clone()),
+            model: config.model(self.model.clone()),
+            top_k: config.top_k(self.top_k),
+            threads: config.threads(self.threads),
+            spec: config.spec(self.spec.as_deref())?,
+        })
+    }
+
     /// Whether dense retrieval is on: not with `--no-dense` or `--mode bm25`.
     pub fn dense(&self) -> bool {
         !self.no_dense && self.mode != SearchMode::Bm25
     }
 
-    /// The assistant these flags describe, dense retrieval as `dense` says. The model
-    /// starts loading at once (a command asks right away).
-    pub fn options(&self, dense: bool) -> Result<AssistantOptions> {
-        let mut opts = AssistantOptions::new(&self.index_dir);
-        opts.model = self.model.clone();
+    /// The assistant these flags and settings describe, dense retrieval as `dense` says.
+    /// The model starts loading at once (a command asks right away).
+    pub fn options(&self, s: &Settings, dense: bool) -> Result<AssistantOptions> {
+        let mut opts = AssistantOptions::new(&s.index_dir);
+        opts.model = s.model.clone();
         opts.dense = dense;
-        opts.threads = self.threads;
-        opts.spec = specdec::Mode::parse(&self.spec).map_err(|e| anyhow::anyhow!("--spec: {e}"))?;
+        opts.threads = s.threads;
+        opts.spec = s.spec;
         opts.kv_precision = rag_cli::kv_precision(&self.kv_cache)?;
         opts.plain_lm_head = self.plain_lm_head;
         opts.backend = self.backend.choice()?;
@@ -83,10 +108,20 @@ impl AssistantArgs {
         Ok(opts)
     }
 
+    /// Fails with the missing-model exit code unless the model (and, with dense retrieval,
+    /// the embedding model) is present or fetched now.
+    pub fn require_models(&self, s: &Settings, dense: bool) -> Result<()> {
+        rag_cli::exit::require_model(&s.model)?;
+        if dense {
+            rag_cli::exit::require_model(rag::models::DEFAULT_EMBEDDER)?;
+        }
+        Ok(())
+    }
+
     /// Retrieval per question: BM25 when dense retrieval is off.
-    pub fn ask_options(&self, dense: bool, max_tokens: usize) -> AskOptions {
+    pub fn ask_options(&self, s: &Settings, dense: bool, max_tokens: usize) -> AskOptions {
         AskOptions {
-            top_k: self.top_k,
+            top_k: s.top_k,
             mode: if dense { self.mode } else { SearchMode::Bm25 },
             context_tokens: self.context_tokens,
             max_tokens,
@@ -109,14 +144,15 @@ mod tests {
     #[test]
     fn defaults_are_the_librarys() {
         let a = Wrap::parse_from(["rag"]).args;
+        let s = a.settings(&Config::default()).unwrap();
         let lib = AskOptions::default();
-        let asked = a.ask_options(a.dense(), lib.max_tokens);
+        let asked = a.ask_options(&s, a.dense(), lib.max_tokens);
         assert_eq!(
             (asked.top_k, asked.mode, asked.context_tokens),
             (lib.top_k, lib.mode, lib.context_tokens)
         );
-        let opts = a.options(a.dense()).unwrap();
-        let lib = AssistantOptions::new(DEFAULT_INDEX_DIR);
+        let opts = a.options(&s, a.dense()).unwrap();
+        let lib = AssistantOptions::new(rag_cli::config::DEFAULT_INDEX_DIR);
         assert_eq!(opts.index_dir, lib.index_dir);
         assert_eq!(opts.model, lib.model);
         assert_eq!(opts.spec, lib.spec);
@@ -129,14 +165,54 @@ mod tests {
 
     #[test]
     fn bm25_mode_or_no_dense_turns_dense_retrieval_off() {
+        let c = Config::default();
         let a = Wrap::parse_from(["rag", "--mode", "bm25"]).args;
+        let s = a.settings(&c).unwrap();
         assert!(!a.dense());
-        assert_eq!(a.ask_options(a.dense(), 1).mode, SearchMode::Bm25);
+        assert_eq!(a.ask_options(&s, a.dense(), 1).mode, SearchMode::Bm25);
         let a = Wrap::parse_from(["rag", "--no-dense"]).args;
         assert!(!a.dense());
-        assert_eq!(a.ask_options(a.dense(), 1).mode, SearchMode::Bm25);
+        assert_eq!(a.ask_options(&s, a.dense(), 1).mode, SearchMode::Bm25);
         let a = Wrap::parse_from(["rag", "--mode", "dense", "-k", "3"]).args;
+        let s = a.settings(&c).unwrap();
         assert!(a.dense());
-        assert_eq!(a.ask_options(true, 1).top_k, 3);
+        assert_eq!(a.ask_options(&s, true, 1).top_k, 3);
+    }
+
+    /// A flag beats the config file, which beats the built-in default.
+    #[test]
+    fn flags_beat_the_config_file() {
+        let c = Config::parse(
+            "model = \"a.gguf\"\ntop_k = 2\nthreads = 3\nspec = \"pld\"\nindex_dir = \"/cfg\"\n",
+            std::path::Path::new("c.toml"),
+        )
+        .unwrap();
+        let a = Wrap::parse_from(["rag"]).args;
+        let s = a.settings(&c).unwrap();
+        assert_eq!(
+            (s.model.as_str(), s.top_k, s.threads, s.spec),
+            ("a.gguf", 2, 3, specdec::Mode::Pld)
+        );
+        let a = Wrap::parse_from([
+            "rag",
+            "-m",
+            "b.gguf",
+            "-k",
+            "4",
+            "--threads",
+            "1",
+            "--spec",
+            "none",
+            "--index-dir",
+            "/flag",
+        ])
+        .args;
+        let s = a.settings(&c).unwrap();
+        assert_eq!(
+            (s.model.as_str(), s.top_k, s.threads, s.spec),
+            ("b.gguf", 4, 1, specdec::Mode::None)
+        );
+        assert_eq!(s.index_dir, PathBuf::from("/flag"));
+        assert!(Wrap::try_parse_from(["rag", "--spec", "warp"]).is_err());
     }
 }

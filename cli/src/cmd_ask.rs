@@ -1,15 +1,20 @@
-//! `rag ask "QUESTION"`: retrieve, prompt, stream the answer, cite the sources.
+//! `rag ask "QUESTION"`: retrieve, prompt, stream the answer, cite the sources. The
+//! question may come on stdin (`rag ask -`, or a pipe and no question); Ctrl-C stops the
+//! answer and exits with the cancelled code.
 
 use crate::assistant_args::AssistantArgs;
 use anyhow::{Context, Result};
-use rag::assistant::Assistant;
+use rag::assistant::{Assistant, CancelToken};
 use rag::IndexOptions;
-use std::io::Write;
+use rag_cli::config::Config;
+use rag_cli::exit;
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    pub question: String,
+    /// The question; `-` (or none, with stdin a pipe) reads it from stdin.
+    pub question: Option<String>,
     /// Index (incrementally) these folders before answering.
     #[arg(long)]
     pub corpus: Vec<PathBuf>,
@@ -23,12 +28,46 @@ pub struct Args {
     pub assistant: AssistantArgs,
 }
 
+/// The question: the argument, or stdin for `-` or a piped stdin without one.
+fn question(arg: Option<String>) -> Result<String> {
+    let stdin = std::io::stdin();
+    let from_stdin = match arg.as_deref() {
+        Some("-") => true,
+        Some(_) => false,
+        None if stdin.is_terminal() => {
+            return Err(exit::usage(
+                "no question: give one (`rag ask \"QUESTION\"`), or pipe it on stdin",
+            ))
+        }
+        None => true,
+    };
+    if !from_stdin {
+        return Ok(arg.unwrap_or_default());
+    }
+    let mut text = String::new();
+    stdin
+        .lock()
+        .read_to_string(&mut text)
+        .context("reading the question from stdin")?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(exit::usage("no question: stdin was empty"));
+    }
+    Ok(text.to_owned())
+}
+
 pub fn run(a: Args) -> Result<()> {
+    let question = question(a.question)?;
+    let settings = a.assistant.settings(&Config::load()?)?;
+    let index_dir = &settings.index_dir;
+    if a.corpus.is_empty() {
+        exit::require_index(index_dir, "or pass --corpus DIR")?;
+    }
     let dense = a.assistant.dense();
+    a.assistant.require_models(&settings, dense)?;
     // The model load (the largest part of time to first token) overlaps the embedder load,
     // index opening and retrieval.
-    let opts = a.assistant.options(dense)?;
-    let index_dir = &a.assistant.index_dir;
+    let opts = a.assistant.options(&settings, dense)?;
     let assistant = Assistant::open(opts)?;
     if !a.corpus.is_empty() {
         let bar = rag_cli::index_progress::progress_bar();
@@ -39,14 +78,11 @@ pub fn run(a: Args) -> Result<()> {
             "{}",
             rag_cli::index_progress::summary_line(&summary, index_dir)
         );
-    } else {
-        anyhow::ensure!(
-            index_dir.join("store.sqlite").is_file(),
-            "no index at {}: run `rag index DIR` first (or pass --corpus DIR)",
-            index_dir.display()
-        );
     }
-    let ask = a.assistant.ask_options(dense, a.max_tokens);
+    let cancel = CancelToken::default();
+    cancel_on_ctrl_c(cancel.clone())?;
+    let mut ask = a.assistant.ask_options(&settings, dense, a.max_tokens);
+    ask.cancel = Some(cancel);
     let stdout = std::io::stdout();
     let json = a.json;
     let mut on_text = |piece: &str| {
@@ -60,8 +96,14 @@ pub fn run(a: Args) -> Result<()> {
             .is_ok()
     };
     let answer = assistant
-        .ask(&a.question, &ask, &mut on_text)
+        .ask(&question, &ask, &mut on_text)
         .context("answering")?;
+    if answer.cancelled {
+        if !json {
+            println!();
+        }
+        return Err(exit::cancelled());
+    }
     // A first run repacked the model: let the cache write finish so the next run maps it.
     assistant.finish_background_work(|what| eprintln!("({what})"));
     if json {
@@ -87,5 +129,24 @@ pub fn run(a: Args) -> Result<()> {
         answer.speculation.mode,
         answer.speculation.mean_accepted
     );
+    Ok(())
+}
+
+/// The first Ctrl-C stops the answer at its next token; a second one (e.g. during the
+/// model load, before any token) ends the process at once.
+fn cancel_on_ctrl_c(cancel: CancelToken) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::spawn(move || {
+        rt.block_on(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                if cancel.is_cancelled() {
+                    std::process::exit(exit::CANCELLED);
+                }
+                cancel.cancel();
+            }
+        })
+    });
     Ok(())
 }

@@ -7,6 +7,8 @@ use crate::assistant_args::AssistantArgs;
 use anyhow::Result;
 use graphs::chat::ChatMessage;
 use rag::assistant::{AskOptions, Assistant, CancelToken, Source};
+use rag_cli::config::Config;
+use rag_cli::exit;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
@@ -33,19 +35,16 @@ const HELP: &str = "Ask a question; follow-ups may refer to earlier ones.\n\
 
 pub fn run(a: Args) -> Result<()> {
     let retrieve = !a.no_retrieval;
-    let index_dir = &a.assistant.index_dir;
+    let settings = a.assistant.settings(&Config::load()?)?;
     if retrieve {
-        anyhow::ensure!(
-            index_dir.join("store.sqlite").is_file(),
-            "no index at {}: run `rag index DIR` first (or pass --no-retrieval)",
-            index_dir.display()
-        );
+        exit::require_index(&settings.index_dir, "or pass --no-retrieval")?;
     }
     let dense = retrieve && a.assistant.dense();
-    let assistant = Assistant::open(a.assistant.options(dense)?)?;
+    a.assistant.require_models(&settings, dense)?;
+    let assistant = Assistant::open(a.assistant.options(&settings, dense)?)?;
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        eprintln!("rag chat ({}): /help for commands", a.assistant.model);
+        eprintln!("rag chat ({}): /help for commands", settings.model);
     }
     let answering: Arc<Mutex<Option<CancelToken>>> = Arc::default();
     stop_answers_on_ctrl_c(Arc::clone(&answering))?;
@@ -99,7 +98,7 @@ pub fn run(a: Args) -> Result<()> {
         *answering.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
         let ask = AskOptions {
             cancel: Some(cancel.clone()),
-            ..a.assistant.ask_options(dense, a.max_tokens)
+            ..a.assistant.ask_options(&settings, dense, a.max_tokens)
         };
         let mut messages = history.clone();
         messages.push(ChatMessage {
@@ -150,7 +149,7 @@ fn stop_answers_on_ctrl_c(answering: Arc<Mutex<Option<CancelToken>>>) -> Result<
             while tokio::signal::ctrl_c().await.is_ok() {
                 match answering.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                     Some(cancel) => cancel.cancel(),
-                    None => std::process::exit(130),
+                    None => std::process::exit(exit::CANCELLED),
                 }
             }
         })

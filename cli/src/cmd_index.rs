@@ -1,20 +1,22 @@
-//! `rag index DIR...`: build or update the local index (incremental, crash-safe).
+//! `rag index DIR...`: build or update the local index (incremental, crash-safe). The
+//! index remembers the folders; `rag index` alone re-syncs every one of them.
 
-use crate::assistant_args::DEFAULT_INDEX_DIR;
 use anyhow::Result;
 use rag::{Index, IndexOptions, IndexProgress, SkippedFile};
+use rag_cli::config::Config;
 use rag_cli::embedder::load_embedder;
+use rag_cli::exit;
 use rag_cli::index_progress::{progress_bar, summary_line, update_bar};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Folders (or files) to index.
-    #[arg(required = true)]
+    /// Folders (or files) to index [default: every folder the index was built from].
     pub dirs: Vec<PathBuf>,
-    /// Where the index lives.
-    #[arg(long, default_value = DEFAULT_INDEX_DIR)]
-    pub index_dir: PathBuf,
+    /// Where the index lives [default: $RAG_INDEX_DIR, the config file's index_dir, or
+    /// .rag-index].
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
     /// BM25 only: do not load the embedding model.
     #[arg(long)]
     pub no_dense: bool,
@@ -63,20 +65,55 @@ fn index_options(a: &Args) -> Result<IndexOptions> {
 
 pub fn run(a: Args) -> Result<()> {
     let opts = index_options(&a)?;
+    let index_dir = Config::load()?.index_dir(a.index_dir.clone());
+    let resync = a.dirs.is_empty();
+    if resync {
+        exit::require_index(&index_dir, "")?;
+    }
     let embedder = load_embedder(a.no_dense)?;
-    let index = Index::open(&a.index_dir, embedder)?;
+    let index = Index::open(&index_dir, embedder)?;
+    let dirs = if resync {
+        remembered_folders(&index)?
+    } else {
+        a.dirs.clone()
+    };
     let bar = progress_bar();
     let on_progress = |p: IndexProgress| update_bar(&bar, &p);
-    let summary = index.add_paths(&a.dirs, &opts, &on_progress)?;
+    let summary = index.add_paths(&dirs, &opts, &on_progress)?;
     bar.finish_and_clear();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        eprintln!("{}", summary_line(&summary, &a.index_dir));
+        eprintln!("{}", summary_line(&summary, &index_dir));
         let limit = if a.verbose { usize::MAX } else { SKIPPED_SHOWN };
         eprint!("{}", skipped_table(&summary.skipped_files, limit));
     }
     Ok(())
+}
+
+/// The folders the index was built from that still exist. A missing one (an unmounted
+/// drive, a moved folder) is left alone, files and all, with a note on how to forget it.
+fn remembered_folders(index: &Index) -> Result<Vec<PathBuf>> {
+    let roots = index.roots()?;
+    if roots.is_empty() {
+        return Err(exit::usage(format!(
+            "the index at {} remembers no folders: name them (`rag index DIR...`)",
+            index.dir().display()
+        )));
+    }
+    let (present, gone): (Vec<_>, Vec<_>) =
+        roots.into_iter().partition(|r| Path::new(&r.path).exists());
+    for r in &gone {
+        eprintln!(
+            "note: {} is gone: its {} file(s) stay in the index (`rag rm {}` removes them)",
+            r.path, r.documents, r.path
+        );
+    }
+    anyhow::ensure!(
+        !present.is_empty(),
+        "none of the folders the index was built from exists"
+    );
+    Ok(present.into_iter().map(|r| PathBuf::from(r.path)).collect())
 }
 
 /// Skipped files listed without `--verbose`.

@@ -1,25 +1,76 @@
-//! `rag model pull|list`.
+//! `rag model pull|list|rm`.
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
 use rag::models;
+use rag_cli::exit;
+use std::path::Path;
 
 #[derive(clap::Subcommand)]
 pub enum ModelCmd {
     /// Fetch a model into the cache (idempotent, sha256-verified).
-    Pull { name: String },
+    Pull {
+        /// A name from `rag model list`.
+        name: String,
+    },
     /// List known models and whether they are cached.
     List,
+    /// Delete a cached model (and its repacked weights) from the cache.
+    Rm {
+        /// A name from `rag model list`.
+        name: String,
+    },
+}
+
+/// The manifest entry named `name`, or a missing-model error listing the known names.
+fn entry(name: &str) -> Result<models::ModelEntry> {
+    models::find(name).ok_or_else(|| {
+        let names: Vec<String> = models::manifest().into_iter().map(|m| m.name).collect();
+        exit::missing_model(format!(
+            "unknown model '{name}' (known: {})",
+            names.join(", ")
+        ))
+    })
 }
 
 pub fn run(cmd: ModelCmd) -> Result<()> {
     match cmd {
         ModelCmd::Pull { name } => {
-            let Some(entry) = models::find(&name) else {
-                let names: Vec<String> = models::manifest().into_iter().map(|m| m.name).collect();
-                bail!("unknown model '{name}' (known: {})", names.join(", "));
-            };
-            let path = models::pull(&entry, &mut |msg| eprintln!("{msg}"))?;
+            let path = models::pull(&entry(&name)?, &mut |msg| eprintln!("{msg}"))?;
             println!("{}", path.display());
+            Ok(())
+        }
+        ModelCmd::Rm { name } => {
+            let entry = entry(&name)?;
+            let path = entry.path();
+            if !path.exists() {
+                return Err(exit::missing_model(format!(
+                    "model '{name}' is not downloaded (nothing at {})",
+                    path.display()
+                )));
+            }
+            let mut freed = 0;
+            let removed = if path.is_dir() {
+                freed += dir_bytes(&path);
+                std::fs::remove_dir_all(&path)
+            } else {
+                // The repacked weights are keyed by the model file's canonical path.
+                let repacked =
+                    npu_runtime::weights_cache::cache_path(&models::weights_cache_dir(), &path);
+                if let Ok(m) = std::fs::metadata(&repacked) {
+                    std::fs::remove_file(&repacked)
+                        .with_context(|| format!("removing {}", repacked.display()))?;
+                    freed += m.len();
+                }
+                let _ = std::fs::remove_file(models::verified_record(&path));
+                freed += std::fs::metadata(&path).map_or(0, |m| m.len());
+                std::fs::remove_file(&path)
+            };
+            removed.with_context(|| format!("removing {}", path.display()))?;
+            println!(
+                "removed {name} ({:.2} GB freed): {}",
+                freed as f64 / 1e9,
+                path.display()
+            );
             Ok(())
         }
         ModelCmd::List => {
@@ -55,4 +106,13 @@ pub fn run(cmd: ModelCmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |es| {
+        es.flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    })
 }

@@ -2,37 +2,39 @@
 
 use anyhow::Result;
 use rag::{Hit, Index, SearchMode};
+use rag_cli::config::Config;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// What to search for.
     pub query: String,
-    /// Where the index lives.
-    #[arg(long, default_value = crate::assistant_args::DEFAULT_INDEX_DIR)]
-    pub index_dir: PathBuf,
-    /// Passages to show.
-    #[arg(long, short = 'k', default_value_t = rag::assistant::DEFAULT_TOP_K)]
-    pub top_k: usize,
+    /// Where the index lives [default: $RAG_INDEX_DIR, the config file's index_dir, or
+    /// .rag-index].
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
+    /// Passages to show [default: the config file's top_k, or 5].
+    #[arg(long, short = 'k')]
+    pub top_k: Option<usize>,
     /// hybrid (BM25 + dense, fused), bm25 or dense.
     #[arg(long, default_value_t = rag::assistant::AskOptions::default().mode)]
     pub mode: SearchMode,
     /// BM25 only: do not load the embedding model.
     #[arg(long)]
     pub no_dense: bool,
+    /// Print the hits as JSON (docs/json-schemas.md).
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    anyhow::ensure!(
-        a.index_dir.join("store.sqlite").is_file(),
-        "no index at {}: run `rag index DIR` first",
-        a.index_dir.display()
-    );
+    let config = Config::load()?;
+    let index_dir = config.index_dir(a.index_dir);
+    rag_cli::exit::require_index(&index_dir, "")?;
     let mode = if a.no_dense { SearchMode::Bm25 } else { a.mode };
     let embedder = rag_cli::embedder::load_embedder(mode == SearchMode::Bm25)?;
-    let index = Index::open(&a.index_dir, embedder)?;
-    let hits = index.search(&a.query, a.top_k, mode)?;
+    let index = Index::open(&index_dir, embedder)?;
+    let hits = index.search(&a.query, config.top_k(a.top_k), mode)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&hits)?);
         return Ok(());

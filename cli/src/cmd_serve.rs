@@ -4,6 +4,7 @@ use crate::assistant_args::AssistantArgs;
 use anyhow::{Context, Result};
 use rag::assistant::Assistant;
 use rag::IndexOptions;
+use rag_cli::config::Config;
 use rag_server::ServerOptions;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -53,9 +54,11 @@ pub fn run(mut a: Args) -> Result<()> {
         a.api_key.as_deref().is_none_or(|k| !k.trim().is_empty()),
         "--api-key must not be empty"
     );
+    let settings = a.assistant.settings(&Config::load()?)?;
     let dense = a.assistant.dense();
-    let index_dir = &a.assistant.index_dir;
-    let assistant = Assistant::open(a.assistant.options(dense)?)?;
+    let index_dir = &settings.index_dir;
+    a.assistant.require_models(&settings, dense)?;
+    let assistant = Assistant::open(a.assistant.options(&settings, dense)?)?;
     if !a.corpus.is_empty() {
         let summary = assistant.add_paths(&a.corpus, &IndexOptions::default(), &|_| {})?;
         eprintln!(
@@ -71,7 +74,9 @@ pub fn run(mut a: Args) -> Result<()> {
     assistant.load_model().context("loading the model")?;
     let assistant = Arc::new(assistant);
     // Retrieval for chat; each request names its own max_tokens.
-    let ask = a.assistant.ask_options(dense, a.default_max_tokens);
+    let ask = a
+        .assistant
+        .ask_options(&settings, dense, a.default_max_tokens);
     let server_opts = ServerOptions {
         api_key: a.api_key,
         max_body_bytes: a.max_body_bytes,

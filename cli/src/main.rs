@@ -8,8 +8,10 @@ mod cmd_chat;
 mod cmd_generate;
 mod cmd_index;
 mod cmd_model;
+mod cmd_rm;
 mod cmd_search;
 mod cmd_serve;
+mod cmd_status;
 
 use clap::{Parser, Subcommand};
 
@@ -17,7 +19,8 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "rag",
     version,
-    about = "Private answers from your own documents, on your own device"
+    about = "Private answers from your own documents, on your own device",
+    after_help = rag_cli::exit::HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -26,8 +29,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Index folders of documents (incremental).
+    /// Index folders of documents (incremental); alone, re-sync the folders indexed before.
     Index(cmd_index::Args),
+    /// What the index holds: folders, files, chunks, models, size, last update.
+    Status(cmd_status::Args),
+    /// Remove files or folders from the index.
+    Rm(cmd_rm::Args),
     /// Show the ranked passages for a query.
     Search(cmd_search::Args),
     /// Answer a question from the index with a local LLM, citing sources.
@@ -38,7 +45,7 @@ enum Cmd {
     Generate(cmd_generate::Args),
     /// Serve an OpenAI-compatible HTTP API (chat with retrieval, embeddings, search).
     Serve(cmd_serve::Args),
-    /// Fetch and list models.
+    /// Fetch, list and remove models.
     #[command(subcommand)]
     Model(cmd_model::ModelCmd),
 }
@@ -56,6 +63,8 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Index(a) => cmd_index::run(a),
+        Cmd::Status(a) => cmd_status::run(a),
+        Cmd::Rm(a) => cmd_rm::run(a),
         Cmd::Search(a) => cmd_search::run(a),
         Cmd::Ask(a) => cmd_ask::run(a),
         Cmd::Chat(a) => cmd_chat::run(a),
@@ -64,7 +73,37 @@ fn main() {
         Cmd::Model(c) => cmd_model::run(c),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+        let code = rag_cli::exit::code_of(&e);
+        if code == rag_cli::exit::CANCELLED {
+            eprintln!("(cancelled)");
+        } else {
+            eprintln!("error: {e:#}");
+        }
+        std::process::exit(code);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every command says what it does in `--help`.
+    #[test]
+    fn every_argument_has_help() {
+        fn visit(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                visit(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        visit(&Cli::command(), "rag", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
     }
 }

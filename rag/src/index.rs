@@ -249,6 +249,21 @@ pub struct IndexStats {
     pub model_id: Option<String>,
 }
 
+/// A folder (or file) the index was built from: `rag index` with no folders re-syncs these.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct IndexRoot {
+    /// Canonical path, as the documents under it are stored.
+    pub path: String,
+    /// Indexed documents under it.
+    pub documents: u64,
+    /// Documents under it remembered as skipped (unsupported, binary, too large...).
+    pub skipped_documents: u64,
+    /// When it was first indexed (seconds since the Unix epoch).
+    pub added_unix: i64,
+    /// When a run over it last finished; `None` if none has yet (interrupted).
+    pub synced_unix: Option<i64>,
+}
+
 /// Which store state a dense graph reflects.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 struct DenseKey {
@@ -462,6 +477,12 @@ impl Index {
                 format!("cannot index {}: no such file or directory", p.display())
             })?);
         }
+        // Remembered before the walk, so an interrupted first run is resumed by a re-sync.
+        let root_names: Vec<String> = roots
+            .iter()
+            .map(|r| r.to_string_lossy().into_owned())
+            .collect();
+        store::add_roots(&self.db(), &root_names)?;
         let (counter, chunk_opts, config) = self.chunking(opts);
         progress(IndexProgress {
             phase: Phase::Scan,
@@ -601,6 +622,7 @@ impl Index {
             tx.commit()?;
         }
         let conn = self.db();
+        store::mark_roots_synced(&conn, &root_names)?;
         summary.chunks_total = store::count(&conn, "SELECT COUNT(*) FROM chunks")?;
         summary.generation = store::generation(&conn)?;
         Ok(summary)
@@ -827,13 +849,24 @@ impl Index {
         Ok(())
     }
 
-    /// Remove a file, or every file under a directory, from the index. Returns the number
-    /// of documents removed.
+    /// Remove a file, or every file under a directory, from the index, and forget the
+    /// roots at or under it (a re-sync does not bring them back). The path need not exist
+    /// any more. Returns the number of documents removed.
     pub fn remove_path(&self, path: &Path) -> Result<usize> {
-        let p = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let p = indexed_form(path);
         self.bm25.begin_write()?;
         let r = (|| {
             self.reconcile_bm25()?;
+            {
+                let mut conn = self.db();
+                let tx = conn.transaction()?;
+                for root in store::roots(&tx)? {
+                    if Path::new(&root.path).starts_with(&p) {
+                        store::forget_root(&tx, &root.path)?;
+                    }
+                }
+                tx.commit()?;
+            }
             let gone: Vec<String> = store::doc_paths(&self.db())?
                 .into_iter()
                 .filter(|d| Path::new(d).starts_with(&p))
@@ -957,6 +990,47 @@ impl Index {
         store::fingerprint(&self.db())
     }
 
+    /// The folders (or files) this index was built from, with how many of its documents
+    /// each holds.
+    pub fn roots(&self) -> Result<Vec<IndexRoot>> {
+        let conn = self.db();
+        let docs = store::doc_statuses(&conn)?;
+        store::roots(&conn)?
+            .into_iter()
+            .map(|r| {
+                let under: Vec<&(String, String)> = docs
+                    .iter()
+                    .filter(|(d, _)| Path::new(d).starts_with(&r.path))
+                    .collect();
+                let indexed = under
+                    .iter()
+                    .filter(|(_, st)| st == store::STATUS_INDEXED)
+                    .count() as u64;
+                Ok(IndexRoot {
+                    documents: indexed,
+                    skipped_documents: under.len() as u64 - indexed,
+                    path: r.path,
+                    added_unix: r.added_unix,
+                    synced_unix: r.synced_unix,
+                })
+            })
+            .collect()
+    }
+
+    /// The schema version of the store (`store::SCHEMA_VERSION` once opened by this build).
+    pub fn schema_version(&self) -> Result<usize> {
+        store::schema_version(&self.db())
+    }
+
+    /// When the indexed content last changed (seconds since the Unix epoch), if the store
+    /// records it.
+    pub fn updated_unix(&self) -> Option<i64> {
+        store::meta_get(&self.db(), "updated_unix")
+            .ok()
+            .flatten()
+            .and_then(|v| v.parse().ok())
+    }
+
     pub fn stats(&self) -> IndexStats {
         let conn = self.db();
         let c = |sql: &str| store::count(&conn, sql).unwrap_or(0);
@@ -1007,6 +1081,19 @@ fn bump_meta(tx: &rusqlite::Transaction, key: &str) -> Result<u64> {
         + 1;
     store::meta_set(tx, key, &v.to_string())?;
     Ok(v)
+}
+
+/// `path` as the index stores paths under it: canonical, or, for a path that no longer
+/// exists, its canonical parent joined with its name (else made absolute).
+fn indexed_form(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match (abs.parent().map(Path::canonicalize), abs.file_name()) {
+        (Some(Ok(parent)), Some(name)) => parent.join(name),
+        _ => abs,
+    }
 }
 
 fn mtime_ns(m: &std::fs::Metadata) -> i64 {

@@ -24,6 +24,6 @@ pub mod store;
 
 pub use embed_api::Embedder;
 pub use index::{
-    Chunk, Hit, Index, IndexOptions, IndexProgress, IndexStats, IndexSummary, Phase, SearchMode,
-    SkippedFile,
+    Chunk, Hit, Index, IndexOptions, IndexProgress, IndexRoot, IndexStats, IndexSummary, Phase,
+    SearchMode, SkippedFile,
 };

@@ -363,11 +363,43 @@ fn base_name(member: &str) -> &str {
     member.rsplit('/').next().unwrap_or(member)
 }
 
+/// Whether the file at `path` has the pinned `sha`. The first check hashes it and, on a
+/// match, records the hash with the file's size and mtime beside it
+/// ([`verified_record`]); later checks trust the file while its size and mtime still match
+/// the record (hashing a 1.5 GB model takes seconds on every `rag model list`).
 fn file_matches(path: &Path, sha: &str) -> Result<bool> {
-    if !path.is_file() {
+    let Ok(meta) = fs::metadata(path) else {
+        return Ok(false);
+    };
+    if !meta.is_file() {
         return Ok(false);
     }
-    Ok(sha256_file(path)? == sha)
+    let stamp = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|mtime| format!("{sha} {} {}", meta.len(), mtime.as_nanos()));
+    let record = verified_record(path);
+    if let Some(stamp) = &stamp {
+        if fs::read_to_string(&record).is_ok_and(|r| r.trim() == stamp) {
+            return Ok(true);
+        }
+    }
+    if sha256_file(path)? != sha {
+        return Ok(false);
+    }
+    if let Some(stamp) = stamp {
+        // Best effort: where it cannot be written, the file is hashed again next time.
+        let _ = fs::write(&record, stamp);
+    }
+    Ok(true)
+}
+
+/// Where [`file_matches`] records a verified file: `<file>.verified`.
+pub fn verified_record(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".verified");
+    PathBuf::from(name)
 }
 
 pub fn sha256_file(path: &Path) -> Result<String> {
@@ -418,6 +450,36 @@ fn nanos() -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A verified file is trusted while its size and mtime match the record (changed
+    /// bytes under the same stamp are not re-hashed), and hashed again when they change.
+    #[test]
+    fn a_verified_file_is_hashed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        fs::write(&path, b"weights v1").unwrap();
+        let sha = sha256_file(&path).unwrap();
+        assert!(!file_matches(&path, &"0".repeat(64)).unwrap());
+        assert!(!verified_record(&path).exists());
+        assert!(file_matches(&path, &sha).unwrap());
+        assert!(verified_record(&path).exists());
+        let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+        let same_size = |bytes: &[u8], t: std::time::SystemTime| {
+            fs::write(&path, bytes).unwrap();
+            fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        };
+        same_size(b"weights v2", mtime);
+        assert!(file_matches(&path, &sha).unwrap(), "trusted: not re-hashed");
+        // The record names the hash it vouches for.
+        assert!(!file_matches(&path, &"0".repeat(64)).unwrap());
+        same_size(b"weights v2", mtime + std::time::Duration::from_secs(1));
+        assert!(!file_matches(&path, &sha).unwrap(), "re-hashed");
+    }
 
     #[test]
     fn compiled_manifest_parses_and_names_the_default_models() {

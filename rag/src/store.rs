@@ -40,6 +40,21 @@ CREATE TABLE IF NOT EXISTS vectors(
   PRIMARY KEY(text_hash, model_id));
 ";
 
+/// Schema changes since [`SCHEMA`], in order: `MIGRATIONS[v]` takes a store whose
+/// `PRAGMA user_version` is `v` to `v + 1`. Each only adds, so an index written by an
+/// older build opens (and is upgraded in place), and an older build still reads the tables
+/// it knows.
+const MIGRATIONS: [&str; 1] = [
+    // 1: the folders (or files) the index was built from, so `rag index` alone re-syncs them.
+    "CREATE TABLE IF NOT EXISTS roots(
+       path TEXT PRIMARY KEY,
+       added_unix INTEGER NOT NULL,
+       synced_unix INTEGER);",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
 /// Status of a document row: indexed, or remembered as skipped (so an unchanged bad file
 /// is not parsed again on every run).
 pub const STATUS_INDEXED: &str = "indexed";
@@ -120,7 +135,39 @@ pub fn open(path: &Path) -> Result<Connection> {
     // NORMAL is durable against process crashes (kill -9) in WAL mode.
     conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")?;
     conn.execute_batch(SCHEMA).context("creating schema")?;
+    migrate(&conn).with_context(|| format!("upgrading the schema of {}", path.display()))?;
     Ok(conn)
+}
+
+/// Apply the migrations the store lacks, in one transaction (two processes opening an old
+/// index at once: the second finds it upgraded).
+fn migrate(conn: &Connection) -> Result<()> {
+    if schema_version(conn)? >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let r = (|| {
+        let from = schema_version(conn)?;
+        for m in MIGRATIONS.iter().skip(from) {
+            conn.execute_batch(m)?;
+        }
+        conn.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION}"))?;
+        Ok(())
+    })();
+    match r {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(_) => {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+    }
+    r
+}
+
+/// The schema version of an open store (`PRAGMA user_version`).
+pub fn schema_version(conn: &Connection) -> Result<usize> {
+    Ok(conn
+        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))?
+        .max(0) as usize)
 }
 
 pub fn meta_get(conn: &Connection, key: &str) -> Result<Option<String>> {
@@ -147,7 +194,82 @@ pub fn generation(conn: &Connection) -> Result<u64> {
 pub fn bump_generation(tx: &Transaction) -> Result<u64> {
     let g = generation(tx)? + 1;
     meta_set(tx, "generation", &g.to_string())?;
+    meta_set(tx, "updated_unix", &unix_now().to_string())?;
     Ok(g)
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// A folder (or file) the index was built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootRow {
+    pub path: String,
+    pub added_unix: i64,
+    /// When a run over it last finished; `None` while the first one has not.
+    pub synced_unix: Option<i64>,
+}
+
+/// Remember `paths` (canonical) as roots; already known ones keep their times. A path
+/// inside a known root adds nothing (a re-sync of that root covers it), and known roots
+/// inside a new one give way to it, so each file is under one root.
+pub fn add_roots(conn: &Connection, paths: &[String]) -> Result<()> {
+    let now = unix_now();
+    for p in paths {
+        let known = roots(conn)?;
+        if known.iter().any(|r| Path::new(p).starts_with(&r.path)) {
+            continue;
+        }
+        for r in known.iter().filter(|r| Path::new(&r.path).starts_with(p)) {
+            conn.execute("DELETE FROM roots WHERE path=?1", [&r.path])?;
+        }
+        conn.execute(
+            "INSERT INTO roots(path, added_unix) VALUES(?1, ?2)",
+            params![p, now],
+        )?;
+    }
+    Ok(())
+}
+
+/// Record that a run over `paths` finished now.
+pub fn mark_roots_synced(conn: &Connection, paths: &[String]) -> Result<()> {
+    let now = unix_now();
+    let mut st = conn.prepare_cached("UPDATE roots SET synced_unix=?2 WHERE path=?1")?;
+    for p in paths {
+        st.execute(params![p, now])?;
+    }
+    Ok(())
+}
+
+/// Every remembered root, by path.
+pub fn roots(conn: &Connection) -> Result<Vec<RootRow>> {
+    let mut st = conn.prepare("SELECT path, added_unix, synced_unix FROM roots ORDER BY path")?;
+    let rows = st.query_map([], |r| {
+        Ok(RootRow {
+            path: r.get(0)?,
+            added_unix: r.get(1)?,
+            synced_unix: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Forget a root.
+pub fn forget_root(tx: &Transaction, path: &str) -> Result<()> {
+    tx.execute("DELETE FROM roots WHERE path=?1", [path])?;
+    Ok(())
+}
+
+/// Every document's path and status.
+pub fn doc_statuses(conn: &Connection) -> Result<Vec<(String, String)>> {
+    let mut st = conn.prepare("SELECT path, status FROM documents")?;
+    let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 pub fn doc_state(conn: &Connection, path: &str) -> Result<Option<DocState>> {
@@ -378,4 +500,61 @@ pub fn fingerprint(conn: &Connection) -> Result<String> {
     let docs = count(conn, "SELECT COUNT(*) FROM documents")?;
     h.update(format!("docs={docs}").as_bytes());
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store written before the migrations (user_version 0, no `roots`) opens with its
+    /// documents intact and is upgraded: `roots` works and the version is current.
+    #[test]
+    fn an_index_from_before_the_migrations_opens_and_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.sqlite");
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(SCHEMA).unwrap();
+            old.execute(
+                "INSERT INTO documents(path,size,mtime_ns,content_hash,kind,status,config,generation) \
+                 VALUES('/docs/a.md',1,2,'h','markdown','indexed','c',1)",
+                [],
+            )
+            .unwrap();
+            meta_set(&old, "generation", "1").unwrap();
+            assert_eq!(schema_version(&old).unwrap(), 0);
+        }
+        let conn = open(&path).unwrap();
+        assert_eq!(schema_version(&conn).unwrap(), SCHEMA_VERSION);
+        assert_eq!(doc_paths(&conn).unwrap(), vec!["/docs/a.md".to_string()]);
+        assert_eq!(generation(&conn).unwrap(), 1);
+        assert!(roots(&conn).unwrap().is_empty());
+        add_roots(&conn, &["/docs".into()]).unwrap();
+        add_roots(&conn, &["/docs".into()]).unwrap();
+        mark_roots_synced(&conn, &["/docs".into()]).unwrap();
+        let r = roots(&conn).unwrap();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].synced_unix.is_some());
+        drop(conn);
+        // Opening again (already current) changes nothing.
+        let conn = open(&path).unwrap();
+        assert_eq!(roots(&conn).unwrap(), r);
+    }
+
+    /// Each path is under one root: a nested one adds nothing, an enclosing one replaces
+    /// the roots inside it.
+    #[test]
+    fn roots_do_not_nest() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("store.sqlite")).unwrap();
+        let paths = |c: &Connection| -> Vec<String> {
+            roots(c).unwrap().into_iter().map(|r| r.path).collect()
+        };
+        add_roots(&conn, &["/d/a".into(), "/d/b/x.md".into(), "/dx".into()]).unwrap();
+        assert_eq!(paths(&conn), ["/d/a", "/d/b/x.md", "/dx"]);
+        add_roots(&conn, &["/d".into()]).unwrap();
+        assert_eq!(paths(&conn), ["/d", "/dx"]);
+        add_roots(&conn, &["/d/a/deeper".into(), "/d".into()]).unwrap();
+        assert_eq!(paths(&conn), ["/d", "/dx"]);
+    }
 }

@@ -484,3 +484,45 @@ fn every_encoding_is_searchable_and_cited_at_its_line() {
         }
     }
 }
+
+/// The index remembers the roots it was built from (with their document counts), a file
+/// deleted from disk can still be removed by its path, and removing a root forgets it.
+#[test]
+fn roots_are_remembered_and_forgotten_by_remove_path() {
+    let corpus = tempfile::tempdir().unwrap();
+    let idx_dir = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path());
+    let idx = Index::open(idx_dir.path(), None).unwrap();
+    assert!(idx.roots().unwrap().is_empty());
+    assert_eq!(idx.updated_unix(), None);
+    idx.add_paths(
+        &[corpus.path().to_path_buf()],
+        &IndexOptions::default(),
+        &no_progress,
+    )
+    .unwrap();
+    let roots = idx.roots().unwrap();
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    let root = &roots[0];
+    assert_eq!(
+        root.path,
+        corpus.path().canonicalize().unwrap().to_string_lossy()
+    );
+    assert_eq!((root.documents, root.skipped_documents), (4, 2));
+    assert!(root.synced_unix.is_some_and(|t| t >= root.added_unix));
+    assert!(idx.updated_unix().is_some());
+    // Reopening (another process) sees the same roots.
+    drop(idx);
+    let idx = Index::open(idx_dir.path(), None).unwrap();
+    assert_eq!(idx.roots().unwrap(), roots);
+
+    let gone = corpus.path().join("guide");
+    let files: Vec<_> = std::fs::read_dir(&gone).unwrap().collect();
+    assert_eq!(files.len(), 1);
+    std::fs::remove_dir_all(&gone).unwrap();
+    assert_eq!(idx.remove_path(&gone).unwrap(), 1);
+    assert_eq!(idx.roots().unwrap()[0].documents, 3);
+    assert_eq!(idx.remove_path(corpus.path()).unwrap(), 5);
+    assert!(idx.roots().unwrap().is_empty());
+    assert_eq!(idx.stats().documents + idx.stats().skipped_documents, 0);
+}
