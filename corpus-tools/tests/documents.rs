@@ -340,6 +340,15 @@ fn malformed_and_missing_parts_are_clear_errors() {
         "{e}"
     );
 
+    // A million paragraphs each inside the last stop at a fixed depth, not in memory.
+    let deep = format!(
+        "<w:document xmlns:w=\"w\"><w:body>{}</w:body></w:document>",
+        "<w:p>".repeat(1_000_000)
+    );
+    replace(&mut docx, "word/document.xml", deep.as_bytes());
+    let e = parse_error("deep.docx", rezip(&docx));
+    assert_eq!(e, "word/document.xml: paragraphs nested over 64 deep");
+
     let docx: Vec<_> = zip_entries(&docx_bytes(BLOCKS))
         .into_iter()
         .filter(|(n, _)| n != "word/document.xml")

@@ -5,7 +5,7 @@
 //! fallback copies of text boxes are left out.
 
 use super::container::{dir_of, resolve, Container};
-use super::xml::{attr, local, next, reader, text_of, Outline, Table};
+use super::xml::{attr, local, next, reader, text_of, too_deep, Outline, Table, MAX_NESTING};
 use super::Section;
 use quick_xml::events::Event;
 use std::collections::HashMap;
@@ -194,6 +194,7 @@ fn body(
                 }
                 match local(e).as_slice() {
                     b"deltext" | b"instrtext" | b"fallback" | b"delinstrtext" => skip = 1,
+                    b"p" if paras.len() >= MAX_NESTING => return Err(too_deep(part)),
                     b"p" => paras.push(Para::default()),
                     b"t" => in_text = true,
                     b"pstyle" => {

@@ -5,7 +5,9 @@
 //! lines of their own.
 
 use super::container::Container;
-use super::xml::{attr, collapse_spaces, local, next, reader, text_of, Outline, Table};
+use super::xml::{
+    attr, collapse_spaces, local, next, reader, text_of, too_deep, Outline, Table, MAX_NESTING,
+};
 use super::Section;
 use quick_xml::events::Event;
 
@@ -48,6 +50,9 @@ fn body(xml: &str, outline: &mut Outline) -> Result<(), String> {
                 match local(e).as_slice() {
                     b"annotation" | b"tracked-changes" | b"note-citation" | b"title" | b"desc" => {
                         skip = 1
+                    }
+                    b"p" | b"h" if paras.len() >= MAX_NESTING => {
+                        return Err(too_deep("content.xml"))
                     }
                     b"p" => paras.push(Para {
                         text: String::new(),

@@ -97,6 +97,15 @@ pub fn attr(e: &BytesStart, name: &str) -> Option<String> {
     })
 }
 
+/// Paragraphs open inside paragraphs (text boxes, notes) beyond this are an error: real
+/// documents nest a few deep, a hostile one could nest millions.
+pub const MAX_NESTING: usize = 64;
+
+/// The error for [`MAX_NESTING`].
+pub fn too_deep(part: &str) -> String {
+    format!("{part}: paragraphs nested over {MAX_NESTING} deep")
+}
+
 /// Collapse runs of whitespace to one space (ODF and XHTML text; not Word runs).
 pub fn collapse_spaces(s: &str, out: &mut String) {
     let mut last_space = out.ends_with(' ') || out.is_empty();
