@@ -45,21 +45,10 @@ impl<'a> Container<'a> {
     /// encrypted entry, an unsupported compression, a corrupt stream or a read past the
     /// budget is an error.
     pub fn read(&mut self, name: &str) -> Result<Option<Vec<u8>>, String> {
-        let Some(index) = self.archive.index_for_name(name) else {
-            return Ok(None);
-        };
-        // The raw entry tells encryption apart from other unsupported features (AES entries
-        // fail as "unsupported" otherwise).
-        let encrypted = self
-            .archive
-            .by_index_raw(index)
-            .map_err(|e| format!("{name}: {e}"))?
-            .encrypted();
-        if encrypted {
-            return Err(format!("{name}: encrypted (password-protected)"));
-        }
-        let entry = match self.archive.by_index(index) {
+        let entry = match self.archive.by_name(name) {
             Ok(e) => e,
+            Err(ZipError::FileNotFound) => return Ok(None),
+            // ZipCrypto and AES entries alike: no password is ever given.
             Err(ZipError::UnsupportedArchive(ZipError::PASSWORD_REQUIRED)) => {
                 return Err(format!("{name}: encrypted (password-protected)"))
             }
