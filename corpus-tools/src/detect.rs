@@ -360,7 +360,10 @@ fn container_kind(ext: &str, bytes: &[u8], known_binary: bool) -> Option<DocKind
         _ => {}
     }
     // Local file header: signature, ..., name length at 26, extra length at 28, name at 30.
-    if !bytes.starts_with(b"PK\x03\x04") || bytes.get(30..38) != Some(b"mimetype") {
+    if !bytes.starts_with(b"PK\x03\x04")
+        || bytes.get(26..28) != Some(&[8, 0])
+        || bytes.get(30..38) != Some(b"mimetype")
+    {
         return None;
     }
     let extra = u16::from_le_bytes([*bytes.get(28)?, *bytes.get(29)?]) as usize;
