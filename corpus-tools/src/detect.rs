@@ -15,6 +15,12 @@ pub enum DocKind {
     Code,
     /// roff man-page source (`foo.1`).
     Man,
+    /// Word (OOXML) document.
+    Docx,
+    /// EPUB book.
+    Epub,
+    /// OpenDocument text.
+    Odt,
 }
 
 impl DocKind {
@@ -27,7 +33,49 @@ impl DocKind {
             DocKind::Pdf => "pdf",
             DocKind::Code => "code",
             DocKind::Man => "man",
+            DocKind::Docx => "docx",
+            DocKind::Epub => "epub",
+            DocKind::Odt => "odt",
         }
+    }
+
+    /// Every kind, in a fixed order (the worker protocol sends the position).
+    pub const ALL: [DocKind; 10] = [
+        DocKind::Text,
+        DocKind::Markdown,
+        DocKind::Rst,
+        DocKind::Html,
+        DocKind::Pdf,
+        DocKind::Code,
+        DocKind::Man,
+        DocKind::Docx,
+        DocKind::Epub,
+        DocKind::Odt,
+    ];
+
+    /// Position in [`DocKind::ALL`]; the exhaustive match makes a new kind a compile error
+    /// here until it is placed.
+    pub fn index(self) -> usize {
+        match self {
+            DocKind::Text => 0,
+            DocKind::Markdown => 1,
+            DocKind::Rst => 2,
+            DocKind::Html => 3,
+            DocKind::Pdf => 4,
+            DocKind::Code => 5,
+            DocKind::Man => 6,
+            DocKind::Docx => 7,
+            DocKind::Epub => 8,
+            DocKind::Odt => 9,
+        }
+    }
+
+    /// Whether the parser takes the file's own bytes (a binary container), not decoded text.
+    pub fn is_binary(self) -> bool {
+        matches!(
+            self,
+            DocKind::Pdf | DocKind::Docx | DocKind::Epub | DocKind::Odt
+        )
     }
 }
 
@@ -132,14 +180,11 @@ const BINARY_EXTS: &[&str] = &[
     "npy",
     "npz",
     "doc",
-    "docx",
     "xls",
     "xlsx",
     "ppt",
     "pptx",
-    "odt",
     "ods",
-    "epub",
     "mo",
     "gmo",
     "dat",
@@ -238,8 +283,9 @@ impl From<SkipReason> for Skip {
 }
 
 /// Decide the parser from the file name and content, and decode text formats: returns the
-/// kind and the bytes its parser takes (UTF-8 text; the file's own bytes for PDF). Files
-/// with no or an unknown extension are accepted as plain text when their content is text.
+/// kind and the bytes its parser takes (UTF-8 text; the file's own bytes for PDF, DOCX,
+/// EPUB and ODT). Files with no or an unknown extension are accepted as plain text when
+/// their content is text.
 pub fn detect(path: &Path, bytes: Vec<u8>) -> Result<(DocKind, Vec<u8>), Skip> {
     let ext = path
         .extension()
@@ -249,7 +295,19 @@ pub fn detect(path: &Path, bytes: Vec<u8>) -> Result<(DocKind, Vec<u8>), Skip> {
     if ext == "pdf" || bytes.starts_with(b"%PDF-") {
         return Ok((DocKind::Pdf, bytes));
     }
-    if BINARY_EXTS.contains(&ext.as_str()) {
+    let known_binary = BINARY_EXTS.contains(&ext.as_str());
+    if let Some(kind) = container_kind(&ext, &bytes, known_binary) {
+        if bytes.starts_with(OLE2) {
+            // Word saves password-protected documents in an OLE2 container, whatever the
+            // extension.
+            return Err(Skip::new(
+                SkipReason::Unsupported,
+                "encrypted or legacy Office file (OLE2 container)",
+            ));
+        }
+        return Ok((kind, bytes));
+    }
+    if known_binary {
         return Err(Skip::new(SkipReason::Unsupported, format!(".{ext} file")));
     }
     if let Some(what) = magic(&bytes) {
@@ -286,6 +344,39 @@ pub fn detect(path: &Path, bytes: Vec<u8>) -> Result<(DocKind, Vec<u8>), Skip> {
         DocKind::Text
     };
     Ok((kind, text.into_bytes()))
+}
+
+const OLE2: &[u8] = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1";
+
+/// DOCX, EPUB or ODT: by extension, or (unless the extension names another binary format,
+/// e.g. `.ods`) by the `mimetype` entry that EPUB and ODF put first and uncompressed in
+/// their zip.
+fn container_kind(ext: &str, bytes: &[u8], known_binary: bool) -> Option<DocKind> {
+    match ext {
+        "docx" => return Some(DocKind::Docx),
+        "epub" => return Some(DocKind::Epub),
+        "odt" => return Some(DocKind::Odt),
+        _ if known_binary => return None,
+        _ => {}
+    }
+    // Local file header: signature, ..., name length at 26, extra length at 28, name at 30.
+    if !bytes.starts_with(b"PK\x03\x04")
+        || bytes.get(26..28) != Some(&[8, 0])
+        || bytes.get(30..38) != Some(b"mimetype")
+    {
+        return None;
+    }
+    let extra = u16::from_le_bytes([*bytes.get(28)?, *bytes.get(29)?]) as usize;
+    let content = bytes.get(38 + extra..)?;
+    if content.starts_with(b"application/epub+zip") {
+        Some(DocKind::Epub)
+    } else if content.starts_with(b"application/vnd.oasis.opendocument.text")
+        && !content.starts_with(b"application/vnd.oasis.opendocument.text-")
+    {
+        Some(DocKind::Odt)
+    } else {
+        None
+    }
 }
 
 /// The parser [`detect`] would choose for a file named `path` holding `bytes`.
@@ -471,7 +562,7 @@ mod tests {
             let mut input = prefix.to_vec();
             input.extend_from_slice(&bytes);
             if let Ok((kind, out)) = detect(Path::new(name), input) {
-                if kind != DocKind::Pdf {
+                if !kind.is_binary() {
                     proptest::prop_assert!(std::str::from_utf8(&out).is_ok());
                 }
             }

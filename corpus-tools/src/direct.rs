@@ -64,7 +64,22 @@ pub(crate) fn check_output(doc: ParsedDoc, limits: &ParseLimits) -> Result<Parse
         ));
     }
     if doc.is_empty() {
+        let pages = doc.sections.iter().filter(|s| s.page.is_some()).count();
+        if doc.kind == DocKind::Pdf && pages > 0 {
+            return Err(Skip::new(
+                SkipReason::Empty,
+                format!("no text layer (scanned?), {pages} page{}", plural(pages)),
+            ));
+        }
         return Err(SkipReason::Empty.into());
     }
     Ok(doc)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }

@@ -1,9 +1,16 @@
 //! Parsers: bytes of one file -> sections of lines, each section under a heading path.
 
+mod container;
+mod docx;
+mod epub;
 mod html;
 mod man;
 mod markdown;
+mod odt;
 mod pdf;
+mod xml;
+
+pub use container::{MAX_ENTRIES, MAX_UNCOMPRESSED_BYTES};
 
 use crate::detect::DocKind;
 
@@ -16,7 +23,8 @@ pub struct Line {
 }
 
 /// A run of lines under one heading path (and, for PDFs, on one page). Chunks never cross
-/// section boundaries.
+/// section boundaries. A PDF page without extractable text is a section with no lines, so
+/// a PDF whose pages are all like that reads as "no text layer", not as no pages.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Section {
     pub heading: Vec<String>,
@@ -60,16 +68,11 @@ pub fn parse_bytes(kind: DocKind, bytes: &[u8]) -> Result<ParsedDoc, String> {
         }
         DocKind::Code => numbered(kind, vec![plain_section(&text())]),
         DocKind::Man => numbered(kind, man::roff_sections(&text())),
-        DocKind::Html => ParsedDoc {
-            kind,
-            has_line_numbers: false,
-            sections: html::sections(bytes)?,
-        },
-        DocKind::Pdf => ParsedDoc {
-            kind,
-            has_line_numbers: false,
-            sections: pdf::sections(bytes)?,
-        },
+        DocKind::Html => unnumbered(kind, html::sections(bytes)?),
+        DocKind::Pdf => unnumbered(kind, pdf::sections(bytes)?),
+        DocKind::Docx => unnumbered(kind, docx::sections(bytes)?),
+        DocKind::Epub => unnumbered(kind, epub::sections(bytes)?),
+        DocKind::Odt => unnumbered(kind, odt::sections(bytes)?),
     };
     Ok(doc)
 }
@@ -78,6 +81,14 @@ fn numbered(kind: DocKind, sections: Vec<Section>) -> ParsedDoc {
     ParsedDoc {
         kind,
         has_line_numbers: true,
+        sections,
+    }
+}
+
+fn unnumbered(kind: DocKind, sections: Vec<Section>) -> ParsedDoc {
+    ParsedDoc {
+        kind,
+        has_line_numbers: false,
         sections,
     }
 }

@@ -1,7 +1,9 @@
 //! Fixtures shared by the tests of corpus-tools and of the crates above it (not API).
 
+mod documents;
 mod encodings;
 
+pub use documents::{docx_bytes, epub_bytes, odt_bytes, write_scanned_pdf, zip_bytes, Block};
 pub use encodings::{binary_files, encoding_corpus, write_encoding_corpus, EncodedFile};
 use std::path::Path;
 
