@@ -15,7 +15,7 @@ use std::io::Write;
 #[derive(clap::Args)]
 pub struct Args {
     /// A .gguf path or a model name from `rag model list`.
-    #[arg(long, default_value = "smollm2-135m")]
+    #[arg(short, long, default_value = "smollm2-135m")]
     pub model: String,
     /// The prompt text.
     #[arg(long)]
