@@ -118,6 +118,21 @@ def stop_and_max_tokens():
 
 
 @test
+def temperature_and_seed():
+    greedy = ask(PLAIN, LONG_Q, 24).choices[0].message.content
+    zero = ask(PLAIN, LONG_Q, 24, temperature=0, seed=5).choices[0].message.content
+    assert zero == greedy, (zero, greedy)
+    answers = []
+    for seed in (11, 12, 13):
+        a = ask(PLAIN, LONG_Q, 24, temperature=1.2, seed=seed).choices[0].message.content
+        b = ask(PLAIN, LONG_Q, 24, temperature=1.2, seed=seed).choices[0].message.content
+        assert a == b, f"seed {seed} not reproducible: {a!r} vs {b!r}"
+        answers.append(a)
+    assert len(set(answers)) > 1, answers
+    assert any(a != greedy for a in answers), answers
+
+
+@test
 def embeddings_base64_and_float():
     texts = ["grey herons", "factory reset of the console"]
     # The client asks for base64 by default and decodes it itself.

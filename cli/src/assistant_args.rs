@@ -7,7 +7,7 @@
 use anyhow::Result;
 use npu_runtime::session::KvPrecision;
 use npu_runtime::weights_cache::WeightsCache;
-use rag::assistant::{AskOptions, AssistantOptions, DEFAULT_CONTEXT_TOKENS};
+use rag::assistant::{AskOptions, AssistantOptions, Sampling, DEFAULT_CONTEXT_TOKENS};
 use rag::SearchMode;
 use rag_cli::backend_args::BackendArgs;
 use rag_cli::config::Config;
@@ -55,8 +55,34 @@ pub struct AssistantArgs {
     /// a large Q8_0 head's bytes (saves 0.75x the head's size of memory; same answers).
     #[arg(long)]
     pub plain_lm_head: bool,
+    /// Sampling temperature in [0, 2]; 0 = greedy (the default). Speculation stays
+    /// lossless when sampling: the answer equals plain sampled decoding with the seed.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_temperature)]
+    pub temperature: f32,
+    /// Nucleus sampling: draw only from the most likely tokens whose probabilities add
+    /// up to this, in (0, 1].
+    #[arg(long, default_value_t = 1.0, value_parser = parse_top_p)]
+    pub top_p: f32,
+    /// Seed of the sampler, for a reproducible sampled answer [default: a fresh one
+    /// per answer].
+    #[arg(long)]
+    pub seed: Option<u64>,
     #[command(flatten)]
     pub backend: BackendArgs,
+}
+
+fn parse_temperature(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if (0.0..=2.0).contains(&t) => Ok(t),
+        _ => Err(format!("`{s}` is not a temperature in [0, 2]")),
+    }
+}
+
+fn parse_top_p(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err(format!("`{s}` is not a top-p in (0, 1]")),
+    }
 }
 
 /// The settings a flag, the environment or the config file may give, resolved.
@@ -125,6 +151,13 @@ impl AssistantArgs {
             mode: if dense { self.mode } else { SearchMode::Bm25 },
             context_tokens: self.context_tokens,
             max_tokens,
+            // The parsers keep both in range, which is all the constructor checks.
+            sampling: Sampling::new(
+                self.temperature,
+                self.top_p,
+                self.seed.unwrap_or_else(Sampling::fresh_seed),
+            )
+            .unwrap_or(Sampling::GREEDY),
             cancel: None,
         }
     }
@@ -214,5 +247,38 @@ mod tests {
         );
         assert_eq!(s.index_dir, PathBuf::from("/flag"));
         assert!(Wrap::try_parse_from(["rag", "--spec", "warp"]).is_err());
+    }
+
+    #[test]
+    fn sampling_flags_are_checked_and_reach_the_options() {
+        let c = Config::default();
+        let a = Wrap::parse_from(["rag"]).args;
+        let s = a.settings(&c).unwrap();
+        assert!(a.ask_options(&s, true, 1).sampling.is_greedy());
+        let a = Wrap::parse_from([
+            "rag",
+            "--temperature",
+            "0.7",
+            "--top-p",
+            "0.9",
+            "--seed",
+            "5",
+        ])
+        .args;
+        let got = a.ask_options(&s, true, 1).sampling;
+        assert_eq!(got, Sampling::new(0.7, 0.9, 5).unwrap());
+        for bad in [
+            ["--temperature", "-1"],
+            ["--temperature", "2.5"],
+            ["--temperature", "nan"],
+            ["--top-p", "0"],
+            ["--top-p", "1.1"],
+            ["--seed", "-3"],
+        ] {
+            assert!(
+                Wrap::try_parse_from(["rag", bad[0], bad[1]]).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -86,6 +86,9 @@ pub fn run(mut a: Args) -> Result<()> {
         top_k: ask.top_k,
         mode: ask.mode,
         context_tokens: ask.context_tokens,
+        default_temperature: ask.sampling.temperature,
+        default_top_p: ask.sampling.top_p,
+        default_seed: a.assistant.seed,
         ..ServerOptions::default()
     };
     let router = rag_server::router(Arc::clone(&assistant), server_opts);

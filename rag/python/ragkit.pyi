@@ -255,9 +255,17 @@ class Assistant:
         mode: str = "hybrid",
         context_tokens: int = 1024,
         max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Retrieve, prompt with numbered sources, and generate the answer.
+
+        Decoding is greedy at ``temperature`` 0 (the default); above it each token is drawn
+        from the tempered softmax cut to the ``top_p`` nucleus, reproducibly for a given
+        ``seed`` (a fresh one when ``None``). Speculative decoding does not change a
+        sampled answer: it equals plain sampled decoding with the same seed.
 
         ``on_text(piece)`` receives the text as it is generated; returning ``False`` stops
         generation (the answer then has ``cancelled=True``). An exception it raises, or
@@ -272,6 +280,9 @@ class Assistant:
         mode: str = "hybrid",
         context_tokens: int = 1024,
         max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
     ) -> AskStream:
         """Like ``ask``, but returns at once an iterator over the answer's text pieces.
 
@@ -286,6 +297,9 @@ class Assistant:
         mode: str = "hybrid",
         context_tokens: int = 1024,
         max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Answer the last message of a chat, with the earlier turns in the prompt.
@@ -312,6 +326,9 @@ class Assistant:
         mode: str = "hybrid",
         context_tokens: int = 1024,
         max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
     ) -> AskStream:
         """Like ``chat``, but returns at once an iterator over the answer's text pieces.
 
@@ -325,6 +342,9 @@ class Assistant:
         system: Optional[str] = None,
         *,
         max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Answer over caller-supplied ``context`` (a UI agent's screen) instead of retrieval.
@@ -385,6 +405,9 @@ class Conversation:
         mode: str = "hybrid",
         context_tokens: int = 1024,
         max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Answer ``question`` in this conversation and keep the exchange (unless
@@ -397,6 +420,9 @@ class Conversation:
         mode: str = "hybrid",
         context_tokens: int = 1024,
         max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
     ) -> AskStream:
         """Like ``ask``, but returns at once an iterator over the answer's text pieces; the
         exchange is kept when the iteration reaches the end of an answer not cancelled."""

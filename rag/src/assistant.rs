@@ -65,6 +65,7 @@ use npu_runtime::weights_cache::WeightsCache;
 use serde::Serialize;
 use specdec::curve_cache::{self, CurveKey};
 use specdec::generate::{GenConfig, Generator};
+pub use specdec::Sampling;
 use specdec::{Mode, TokenDb};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -174,6 +175,9 @@ pub struct AskOptions {
     /// Token budget for the numbered sources in the prompt.
     pub context_tokens: usize,
     pub max_tokens: usize,
+    /// Greedy by default; a temperature above 0 samples (speculation stays lossless:
+    /// the answer equals plain sampled decoding with the same seed, token for token).
+    pub sampling: Sampling,
     pub cancel: Option<CancelToken>,
 }
 
@@ -184,6 +188,7 @@ impl Default for AskOptions {
             mode: SearchMode::Hybrid,
             context_tokens: DEFAULT_CONTEXT_TOKENS,
             max_tokens: DEFAULT_MAX_TOKENS,
+            sampling: Sampling::GREEDY,
             cancel: None,
         }
     }
@@ -863,10 +868,11 @@ impl Assistant {
         let max_tokens = opts
             .max_tokens
             .min(st.session.kv_capacity() - prompt.len() - 1);
-        let result = st.generator.generate_until(
+        let result = st.generator.generate_sampled(
             &mut *st.session,
             &prompt[common..],
             max_tokens,
+            &opts.sampling,
             &mut on_token,
             &should_stop,
         );

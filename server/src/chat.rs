@@ -15,7 +15,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use graphs::chat::ChatMessage;
-use rag::assistant::{Answer, AskOptions, CancelToken};
+use rag::assistant::{Answer, AskOptions, CancelToken, Sampling};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -31,6 +31,7 @@ struct Plan {
     messages: Vec<ChatMessage>,
     retrieve: bool,
     max_tokens: usize,
+    sampling: Sampling,
     stops: Vec<String>,
     stream: bool,
     include_usage: bool,
@@ -72,6 +73,7 @@ pub(crate) async fn completions(
         mode: app.opts.mode,
         context_tokens: app.opts.context_tokens,
         max_tokens: plan.max_tokens,
+        sampling: plan.sampling,
         cancel: Some(cancel.clone()),
     };
     let job_app = Arc::clone(&app);
@@ -201,21 +203,34 @@ fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
             format!("at most {MAX_STOPS} stop sequences"),
         ));
     }
-    // Decoding is greedy whatever these say (docs/server.md); out-of-range values are
-    // still the client's error, as with OpenAI.
-    if req
+    // Greedy unless a temperature above 0 is asked for or configured (docs/server.md);
+    // a request without a seed gets the configured one, else a fresh one as OpenAI's do.
+    let temperature = req
         .temperature
-        .is_some_and(|t| !(0.0..=2.0).contains(&t) || t.is_nan())
-    {
+        .unwrap_or(app.opts.default_temperature as f64);
+    if !(0.0..=2.0).contains(&temperature) || temperature.is_nan() {
         return Err(ApiError::bad_request(
             "temperature",
             "temperature must be between 0 and 2",
         ));
     }
-    if req.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+    let top_p = req.top_p.unwrap_or(app.opts.default_top_p as f64);
+    if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(ApiError::bad_request("top_p", "top_p must be in (0, 1]"));
     }
-    let _ = req.seed; // greedy decoding is deterministic: every seed gives the same answer
+    let seed = req
+        .seed
+        .map(|s| s as u64)
+        .or(app.opts.default_seed)
+        .unwrap_or_else(Sampling::fresh_seed);
+    // Both are in range, so the checked constructor cannot refuse them (a top_p
+    // below f32's range rounds up to its smallest positive value).
+    let sampling = Sampling::new(
+        temperature as f32,
+        (top_p as f32).max(f32::MIN_POSITIVE),
+        seed,
+    )
+    .map_err(|e| ApiError::bad_request("temperature", e.to_string()))?;
     if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::bad_request("tools", "tools are not supported"));
     }
@@ -232,6 +247,7 @@ fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
         messages,
         retrieve,
         max_tokens,
+        sampling,
         stops,
         stream: req.stream,
         include_usage: req.stream_options.is_some_and(|o| o.include_usage),

@@ -51,6 +51,11 @@ pub struct ServerOptions {
     pub top_k: usize,
     pub mode: SearchMode,
     pub context_tokens: usize,
+    /// Sampling of a request that names no temperature / top_p / seed (0: greedy; no
+    /// seed: a fresh one per request).
+    pub default_temperature: f32,
+    pub default_top_p: f32,
+    pub default_seed: Option<u64>,
     /// How often an idle stream sends an SSE comment (keeps proxies from timing out and
     /// finds a vanished client while the answer is still in the queue or in prefill).
     pub keep_alive: Duration,
@@ -69,6 +74,9 @@ impl Default for ServerOptions {
             top_k: ask.top_k,
             mode: ask.mode,
             context_tokens: ask.context_tokens,
+            default_temperature: ask.sampling.temperature,
+            default_top_p: ask.sampling.top_p,
+            default_seed: None,
             keep_alive: Duration::from_secs(2),
         }
     }

@@ -292,7 +292,7 @@ fn a_stream_carries_the_same_answer_as_a_whole_response() {
 }
 
 #[test]
-fn max_tokens_stop_sequences_and_greedy_sampling_parameters() {
+fn max_tokens_stop_sequences_and_sampling_parameters() {
     if !models_available() {
         return;
     }
@@ -317,14 +317,36 @@ fn max_tokens_stop_sequences_and_greedy_sampling_parameters() {
     let (text, last, _) = streamed(&stream_events(&base, &body));
     assert_eq!(text, expected);
     assert_eq!(last["choices"][0]["finish_reason"], "stop");
-    // Decoding is greedy whatever temperature, top_p and seed say (docs/server.md).
+    // Temperature 0 is greedy whatever top_p and seed say; above 0 a seed makes the
+    // sampled answer reproducible, streamed or not (docs/server.md).
     let mut body = chat(PLAIN, q, 24);
-    body["temperature"] = json!(0.9);
+    body["temperature"] = json!(0);
     body["top_p"] = json!(0.5);
     body["seed"] = json!(7);
     let (status, r) = post(&url, &body, None);
     assert_eq!(status, 200);
     assert_eq!(content(&r), full);
+    let mut sampled = Vec::new();
+    for seed in [7, 8, 9] {
+        let mut body = chat(PLAIN, q, 24);
+        body["temperature"] = json!(1.2);
+        body["seed"] = json!(seed);
+        let (status, a) = post(&url, &body, None);
+        assert_eq!(status, 200, "{a}");
+        let (_, b) = post(&url, &body, None);
+        assert_eq!(content(&a), content(&b), "seed {seed} is not reproducible");
+        let (text, _, _) = streamed(&stream_events(&base, &body));
+        assert_eq!(text, content(&a), "seed {seed}: stream differs");
+        sampled.push(content(&a).to_string());
+    }
+    assert!(
+        sampled.iter().any(|t| *t != full),
+        "sampling at temperature 1.2 never left the greedy answer: {sampled:?}"
+    );
+    assert!(
+        sampled[0] != sampled[1] || sampled[1] != sampled[2],
+        "three seeds gave one answer: {sampled:?}"
+    );
 }
 
 fn assert_error(status: u16, body: &Value, want_status: u16, kind: &str, param: Option<&str>) {

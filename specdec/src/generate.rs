@@ -6,6 +6,7 @@ use crate::budget::{BudgetController, CostCurve, Predictions, DEFAULT_SIZES, MAX
 use crate::drafter::{make_drafter_windowed, Drafter, Feedback, Mode};
 use crate::metrics::{Metrics, StopReason};
 use crate::sam::SuffixAutomaton;
+use crate::sampling::{argmax, Sampling};
 use crate::target::{PrefillOut, Target};
 use crate::tree::{DraftTree, FlatTree, ARMS, ARM_ALL, ARM_BASE};
 use crate::SpecError;
@@ -87,6 +88,9 @@ pub struct Generator {
     evals: VecDeque<PendingEval>,
     flat: FlatTree,
     argmax: Vec<u32>,
+    /// Verified rows' logits (sampled decoding only).
+    logits: Vec<f32>,
+    sample_scratch: Vec<(f64, u32)>,
     path: Vec<usize>,
     emitted: Vec<u32>,
     ranks: Vec<u32>,
@@ -117,6 +121,8 @@ impl Generator {
             evals: VecDeque::with_capacity(MAX_PENDING_EVALS + 1),
             flat: FlatTree::default(),
             argmax: Vec::new(),
+            logits: Vec::new(),
+            sample_scratch: Vec::new(),
             path: Vec::new(),
             emitted: Vec::new(),
             ranks: Vec::new(),
@@ -196,6 +202,30 @@ impl Generator {
         on_token: &mut dyn FnMut(u32),
         should_stop: &dyn Fn() -> bool,
     ) -> Result<(Vec<u32>, Metrics), SpecError> {
+        self.generate_sampled(
+            target,
+            prompt,
+            max_tokens,
+            &Sampling::GREEDY,
+            on_token,
+            should_stop,
+        )
+    }
+
+    /// [`Generator::generate_until`] choosing tokens by `sampling` (see
+    /// [`crate::sampling`]): the output equals plain sampled decoding with the same
+    /// sampling, token for token, whatever was drafted. Greedy sampling is greedy
+    /// decoding.
+    pub fn generate_sampled<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        on_token: &mut dyn FnMut(u32),
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<(Vec<u32>, Metrics), SpecError> {
+        let sampled = !sampling.is_greedy();
         let mut m = Metrics {
             runs: 1,
             prompt_tokens: prompt.len(),
@@ -229,7 +259,16 @@ impl Generator {
             self.pool.push(e.tree);
         }
 
-        let first = self.pre.next;
+        let first = if sampled {
+            if self.pre.logits.is_empty() {
+                return Err(SpecError::Config(
+                    "the target gave no logits after the prompt, so it cannot sample".into(),
+                ));
+            }
+            sampling.pick(&self.pre.logits, 0, &mut self.sample_scratch)
+        } else {
+            self.pre.next
+        };
         if target.is_eog(first) {
             m.stop = StopReason::EndOfGeneration;
             return Ok((out, m));
@@ -296,18 +335,45 @@ impl Generator {
 
             // Verify.
             let t = Instant::now();
-            target.verify(&self.flat, &mut self.argmax)?;
+            let rows = self.flat.len();
+            if sampled {
+                target.verify_logits(&self.flat, &mut self.logits)?;
+                if rows == 0 || !self.logits.len().is_multiple_of(rows) {
+                    return Err(SpecError::Target(format!(
+                        "verify returned {} logits for {rows} rows",
+                        self.logits.len()
+                    )));
+                }
+                let vocab = self.logits.len() / rows;
+                self.argmax.clear();
+                self.argmax
+                    .extend(self.logits.chunks_exact(vocab).map(argmax));
+            } else {
+                target.verify(&self.flat, &mut self.argmax)?;
+            }
             m.verify_ms += ms(t);
-            if self.argmax.len() != self.flat.len() {
+            if self.argmax.len() != rows {
                 return Err(SpecError::Target(format!(
                     "verify returned {} argmax for {} rows",
                     self.argmax.len(),
-                    self.flat.len()
+                    rows
                 )));
             }
 
-            // Accept: path rows then the bonus token.
-            let bonus = self.flat.accept(&self.argmax, &mut self.path);
+            // Accept: path rows then the bonus token. Sampled: the row `depth` below
+            // the root chooses generated index `out.len() + depth`.
+            let bonus = if sampled {
+                let vocab = self.logits.len() / rows;
+                let (logits, scratch, done) = (&self.logits, &mut self.sample_scratch, out.len());
+                self.flat.accept_by(
+                    |r, depth| {
+                        sampling.pick(&logits[r * vocab..(r + 1) * vocab], done + depth, scratch)
+                    },
+                    &mut self.path,
+                )
+            } else {
+                self.flat.accept(&self.argmax, &mut self.path)
+            };
             self.emitted.clear();
             for &r in &self.path[1..] {
                 self.emitted.push(self.flat.tokens[r]);
@@ -331,7 +397,6 @@ impl Generator {
             // (the last kept token becomes the next root, like in greedy decoding).
             target.commit(&self.path[..keep.max(1)])?;
 
-            let rows = self.flat.len();
             if let Some(c) = self.controller.as_ref() {
                 m.modeled_verify_ms += c.curve().cost(rows);
             }

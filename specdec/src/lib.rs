@@ -6,7 +6,9 @@
 //! candidates merge into one token tree per step (`tree`), cut at a budget chosen
 //! from the measured verify-cost curve (`budget`), verified in one forward pass
 //! of a [`Target`] and accepted greedily (`generate`), so the output equals
-//! greedy decoding token for token.
+//! greedy decoding token for token; sampled decoding (`sampling`) draws each
+//! token from a uniform keyed by its index, so it equals plain sampled decoding
+//! with the same seed token for token.
 
 pub mod accept_model;
 pub mod budget;
@@ -20,6 +22,7 @@ pub mod mock;
 pub mod oracle;
 pub mod pld;
 pub mod sam;
+pub mod sampling;
 pub mod session_target;
 pub mod target;
 pub mod tokendb;
@@ -29,6 +32,7 @@ pub use budget::CostCurve;
 pub use drafter::{Drafter, Mode};
 pub use generate::{generate, GenConfig, Generator};
 pub use metrics::{Metrics, StopReason};
+pub use sampling::Sampling;
 pub use target::{PrefillOut, Target};
 pub use tokendb::{TokenDb, TokenSource};
 pub use tree::{DraftTree, FlatTree};

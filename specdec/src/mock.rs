@@ -5,6 +5,7 @@
 //! It also checks the protocol: well-formed trees, commits along a real path,
 //! no token ids outside the vocabulary (no padding with real or fake ids).
 
+use crate::sampling::Sampling;
 use crate::target::{PrefillOut, Target};
 use crate::tree::FlatTree;
 use crate::SpecError;
@@ -117,6 +118,33 @@ impl MockLm {
         out
     }
 
+    /// Full logits after `ctx`: the greedy token at 4, every other id hashed into
+    /// [0, 3), so the argmax is [`MockLm::next_token`] and sampling has a real spread.
+    pub fn logits(&self, ctx: &[u32]) -> Vec<f32> {
+        let h = self.hash_tail(ctx, 0x10_6175);
+        let mut l: Vec<f32> = (0..self.vocab)
+            .map(|t| (mix(h ^ t as u64) % 3000) as f32 / 1000.0)
+            .collect();
+        l[self.next_token(ctx) as usize] = 4.0;
+        l
+    }
+
+    /// Sampled reference, computed without any speculation machinery.
+    pub fn sample(&self, prompt: &[u32], max_tokens: usize, sampling: &Sampling) -> Vec<u32> {
+        let mut ctx = prompt.to_vec();
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        while out.len() < max_tokens {
+            let t = sampling.pick(&self.logits(&ctx), out.len(), &mut scratch);
+            if t == self.eog {
+                break;
+            }
+            out.push(t);
+            ctx.push(t);
+        }
+        out
+    }
+
     /// Top-k after `ctx`: the greedy token first, then hashed alternatives.
     fn topk(&self, ctx: &[u32], k: usize, ids: &mut Vec<u32>, logits: &mut Vec<f32>) {
         let top = self.next_token(ctx);
@@ -164,6 +192,7 @@ impl Target for MockLm {
             }
         }
         out.next = self.next_token(&self.committed);
+        out.logits = self.logits(&self.committed);
         self.last_tree = None;
         Ok(())
     }
@@ -206,6 +235,25 @@ impl Target for MockLm {
         }
         self.rows_verified += n;
         self.last_tree = Some(tree.clone());
+        Ok(())
+    }
+
+    fn verify_logits(&mut self, tree: &FlatTree, logits: &mut Vec<f32>) -> Result<(), SpecError> {
+        let mut ids = Vec::new();
+        self.verify(tree, &mut ids)?;
+        logits.clear();
+        for i in 0..tree.len() {
+            let mut path = Vec::new();
+            let mut r = i as i32;
+            while r >= 0 {
+                path.push(tree.tokens[r as usize]);
+                r = tree.parents[r as usize];
+            }
+            path.reverse();
+            let mut ctx = self.committed.clone();
+            ctx.extend_from_slice(&path);
+            logits.extend_from_slice(&self.logits(&ctx));
+        }
         Ok(())
     }
 

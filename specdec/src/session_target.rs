@@ -20,6 +20,7 @@ impl<B: Backend> Target for Session<B> {
         let po = Session::prefill(self, tokens, topk).map_err(rt)?;
         out.clear();
         out.next = argmax(po.logits);
+        out.logits.extend_from_slice(po.logits);
         if topk > 0 && po.topk.len() == tokens.len() {
             // The runtime returns min(k, vocab) pairs per row; keep rows uniform.
             let k = po.topk.iter().map(|r| r.len()).min().unwrap_or(0);
@@ -57,6 +58,7 @@ impl<B: Backend> Target for Session<B> {
         let po = Session::prefill_topk_from(self, tokens, topk, from).map_err(rt)?;
         out.clear();
         out.next = argmax(po.logits);
+        out.logits.extend_from_slice(po.logits);
         let rows = &po.topk[from.min(po.topk.len())..];
         if rows.len() == tokens.len() - from {
             let k = rows.iter().map(|r| r.len()).min().unwrap_or(0);
@@ -78,6 +80,13 @@ impl<B: Backend> Target for Session<B> {
         self.forward_tree_argmax(&tree.tokens, &tree.parents, out)
             .map_err(rt)?;
         out.truncate(tree.len());
+        Ok(())
+    }
+
+    fn verify_logits(&mut self, tree: &FlatTree, out: &mut Vec<f32>) -> Result<(), SpecError> {
+        let logits = self.forward_tree(&tree.tokens, &tree.parents).map_err(rt)?;
+        out.clear();
+        out.extend_from_slice(logits);
         Ok(())
     }
 

@@ -18,6 +18,9 @@ pub struct PrefillOut {
     /// Prompt position of the first top-k row (rows cover `topk_start..` of the
     /// prompt; calibration only asked for a window at its end).
     pub topk_start: usize,
+    /// Logits after the whole prompt (what `next` is the argmax of); empty when the
+    /// target gives none. Sampled decoding draws the first token from them.
+    pub logits: Vec<f32>,
 }
 
 impl PrefillOut {
@@ -27,6 +30,7 @@ impl PrefillOut {
         self.topk_logits.clear();
         self.k = 0;
         self.topk_start = 0;
+        self.logits.clear();
     }
 }
 
@@ -73,6 +77,16 @@ pub trait Target {
     /// Run the flattened tree (row 0's parent is the last committed token) without
     /// committing anything; write the argmax of every row into `argmax`.
     fn verify(&mut self, tree: &FlatTree, argmax: &mut Vec<u32>) -> Result<(), SpecError>;
+
+    /// [`Target::verify`] that writes every row's full logits, row-major
+    /// `[rows][vocab]`, for sampled decoding; the same contract, bit for bit, as the
+    /// logits a plain decode step would compute at that row's position.
+    fn verify_logits(&mut self, tree: &FlatTree, logits: &mut Vec<f32>) -> Result<(), SpecError> {
+        let _ = (tree, logits);
+        Err(SpecError::Config(
+            "this target gives no logits, so it cannot sample".into(),
+        ))
+    }
 
     /// Keep the KV of these rows (root-to-leaf path of the last verified tree) as the
     /// next committed positions; everything else of that tree is dropped.

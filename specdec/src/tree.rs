@@ -151,11 +151,22 @@ impl FlatTree {
     /// the predicted token. Fills `path` with the accepted rows (row 0 first) and
     /// returns the bonus token (argmax after the last accepted row).
     pub fn accept(&self, argmax: &[u32], path: &mut Vec<usize>) -> u32 {
+        self.accept_by(|row, _| argmax[row], path)
+    }
+
+    /// [`FlatTree::accept`] with the target's choice computed on demand along the
+    /// path: `choose(row, depth)` is the token the target picks after `row`, which
+    /// sits `depth` rows below the root (sampling needs only the path's rows).
+    pub fn accept_by(
+        &self,
+        mut choose: impl FnMut(usize, usize) -> u32,
+        path: &mut Vec<usize>,
+    ) -> u32 {
         path.clear();
         path.push(0);
         let mut cur = 0usize;
         loop {
-            let want = argmax[cur];
+            let want = choose(cur, path.len() - 1);
             // Children have larger row indices than their parent (BFS order).
             let child = (cur + 1..self.len())
                 .find(|&r| self.parents[r] == cur as i32 && self.tokens[r] == want);

@@ -6,7 +6,7 @@ use specdec::budget::{CostCurve, DEFAULT_SIZES};
 use specdec::drafter::{SamConfig, SamDrafter};
 use specdec::mock::MockLm;
 use specdec::sam::SuffixAutomaton;
-use specdec::{GenConfig, Generator, Metrics, Mode, StopReason, TokenDb};
+use specdec::{GenConfig, Generator, Metrics, Mode, Sampling, StopReason, TokenDb};
 use std::sync::Arc;
 
 fn cheap_curve() -> CostCurve {
@@ -110,6 +110,74 @@ proptest! {
             prop_assert_eq!(&got, &want, "variants, mode {} budget {:?} window {}", mode.name(), fixed, window);
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 30, .. ProptestConfig::default() })]
+
+    /// Sampled speculation equals plain sampled decoding with the same seed, and the
+    /// drafts still get accepted where the sampled text copies.
+    #[test]
+    fn every_mode_equals_plain_sampling(
+        seed in any::<u64>(),
+        sample_seed in any::<u64>(),
+        vocab in 6u32..300,
+        len in 2usize..100,
+        max in 0usize..80,
+        temperature in prop_oneof![Just(0.2f32), Just(0.7), Just(1.0), Just(1.6)],
+        top_p in prop_oneof![Just(1.0f32), Just(0.9), Just(0.5)],
+        fixed in prop_oneof![Just(None), (1usize..40).prop_map(Some)],
+        chunk in prop_oneof![Just(0usize), 1usize..40],
+    ) {
+        let mut lm = MockLm::new(vocab, seed);
+        lm.prefill_chunk = chunk;
+        let sampling = Sampling::new(temperature, top_p, sample_seed).unwrap();
+        let prompt = prompt_from(seed, len, vocab);
+        let want = lm.sample(&prompt, max, &sampling);
+        let mut db = TokenDb::new(10_000);
+        let mut other = prompt.clone();
+        other.extend(lm.sample(&prompt, max / 2, &sampling));
+        db.add(&other);
+        let db = Arc::new(db.build_index());
+        for mode in Mode::ALL {
+            lm.reset();
+            let mut gen = Generator::new(mode, Some(db.clone()), cfg(fixed));
+            let mut streamed = Vec::new();
+            let (got, m) = gen
+                .generate_sampled(&mut lm, &prompt, max, &sampling, &mut |t| streamed.push(t), &|| false)
+                .expect("generation failed");
+            prop_assert_eq!(&streamed, &got);
+            prop_assert_eq!(&got, &want, "mode {} budget {:?} T {} top_p {}", mode.name(), fixed, temperature, top_p);
+            prop_assert_eq!(m.tokens, got.len());
+        }
+    }
+}
+
+#[test]
+fn sampling_differs_by_seed_and_reuses_drafts() {
+    // Copy-heavy text at a low temperature: most sampled tokens are the copies the
+    // drafters propose, so steps are fewer than tokens.
+    let mut lm = MockLm::new(500, 21);
+    lm.copy_pct = 95;
+    lm.eog_permille = 0;
+    let prompt = prompt_from(5, 300, 500);
+    let a = Sampling::new(0.1, 1.0, 1).unwrap();
+    let b = Sampling::new(1.0, 1.0, 2).unwrap();
+    let c = Sampling::new(1.0, 1.0, 3).unwrap();
+    assert_ne!(lm.sample(&prompt, 60, &b), lm.sample(&prompt, 60, &c));
+    let want = lm.sample(&prompt, 120, &a);
+    lm.reset();
+    let mut gen = Generator::new(Mode::Sdnpu, None, cfg(None));
+    let (got, m) = gen
+        .generate_sampled(&mut lm, &prompt, 120, &a, &mut |_| {}, &|| false)
+        .unwrap();
+    assert_eq!(got, want);
+    assert!(
+        m.steps * 2 < got.len(),
+        "{} steps for {} tokens",
+        m.steps,
+        got.len()
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use npu_runtime::session::{generate_greedy, LoadOptions, Model, Session, SessionOptions};
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
-use specdec::{GenConfig, Generator, Mode};
+use specdec::{GenConfig, Generator, Mode, Sampling};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -101,6 +101,78 @@ fn every_mode_matches_greedy_on_smollm2() {
             }
         }
     }
+}
+
+/// Plain sampled decoding: one `decode_step` per token, each drawn by `sampling`.
+fn sample_plain(s: &mut Session, prompt: &[u32], max: usize, sampling: &Sampling) -> Vec<u32> {
+    let mut scratch = Vec::new();
+    let mut tok = sampling.pick(s.prefill(prompt, 0).unwrap().logits, 0, &mut scratch);
+    let mut out = Vec::new();
+    while out.len() < max && !s.model().is_eog(tok) {
+        out.push(tok);
+        if out.len() == max {
+            break;
+        }
+        let logits = s.decode_step(tok).unwrap();
+        tok = sampling.pick(logits, out.len(), &mut scratch);
+    }
+    out
+}
+
+#[test]
+fn sampled_speculation_matches_plain_sampling_on_smollm2() {
+    let Some(model) = model() else { return };
+    let opts = SessionOptions {
+        kv_capacity: 512,
+        ..Default::default()
+    };
+    let max_tokens = 32;
+    let curve = CostCurve::affine(10.0, 0.05, &DEFAULT_SIZES);
+    let mut s = Session::new(model.clone(), opts).unwrap();
+    let mut greedy = Vec::new();
+    s.truncate(0).unwrap();
+    generate_greedy(&mut s, &prompts()[0], max_tokens, |t| {
+        greedy.push(t);
+        true
+    })
+    .unwrap();
+    let mut differs_from_greedy = false;
+    for (pi, prompt) in prompts().iter().enumerate() {
+        for (t, p, seed) in [(0.7f32, 1.0f32, 1u64), (1.0, 0.9, 2), (0.3, 0.95, 3)] {
+            let sampling = Sampling::new(t, p, seed).unwrap();
+            s.truncate(0).unwrap();
+            let want = sample_plain(&mut s, prompt, max_tokens, &sampling);
+            differs_from_greedy |= pi == 0 && want != greedy;
+            for (mode, fixed) in [
+                (Mode::None, None),
+                (Mode::Sdnpu, None),
+                (Mode::Sdnpu, Some(16)),
+            ] {
+                s.truncate(0).unwrap();
+                let mut gen = Generator::new(
+                    mode,
+                    None,
+                    GenConfig {
+                        fixed_budget: fixed,
+                        cost_curve: Some(curve.clone()),
+                        ..Default::default()
+                    },
+                );
+                let (got, _) = gen
+                    .generate_sampled(&mut s, prompt, max_tokens, &sampling, &mut |_| {}, &|| {
+                        false
+                    })
+                    .unwrap();
+                assert_eq!(
+                    got,
+                    want,
+                    "prompt {pi}, T {t}, top_p {p}, mode {}, budget {fixed:?}",
+                    mode.name()
+                );
+            }
+        }
+    }
+    assert!(differs_from_greedy, "sampling never left the greedy path");
 }
 
 #[test]

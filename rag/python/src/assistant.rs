@@ -8,7 +8,7 @@ use crate::types::{Answer, Hit, IndexSummary};
 use npu_runtime::session::KvPrecision;
 use npu_runtime::weights_cache::WeightsCache;
 use pyo3::prelude::*;
-use rag::assistant::{AskOptions, AssistantOptions};
+use rag::assistant::{AskOptions, AssistantOptions, Sampling};
 use rag::engine::BackendChoice;
 use rag::{IndexOptions, Phase, SearchMode};
 use std::path::PathBuf;
@@ -24,17 +24,30 @@ fn search_mode(mode: &str) -> PyResult<SearchMode> {
     mode.parse().map_err(value_error)
 }
 
+/// `(temperature, top_p, seed)` as Python passes them: greedy at temperature 0; no
+/// seed, a fresh one.
+pub(crate) fn sampling((temperature, top_p, seed): (f32, f32, Option<u64>)) -> PyResult<Sampling> {
+    Sampling::new(
+        temperature,
+        top_p,
+        seed.unwrap_or_else(Sampling::fresh_seed),
+    )
+    .map_err(value_error)
+}
+
 pub(crate) fn ask_options(
     top_k: usize,
     mode: &str,
     context_tokens: usize,
     max_tokens: usize,
+    sampler: (f32, f32, Option<u64>),
 ) -> PyResult<AskOptions> {
     Ok(AskOptions {
         top_k,
         mode: search_mode(mode)?,
         context_tokens,
         max_tokens,
+        sampling: sampling(sampler)?,
         cancel: None,
     })
 }
@@ -136,7 +149,8 @@ impl Assistant {
 
     /// Retrieve, prompt with numbered sources, and generate the answer.
     #[pyo3(signature = (
-        question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256, on_text=None
+        question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
+        temperature=0.0, top_p=1.0, seed=None, on_text=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask(
@@ -147,9 +161,18 @@ impl Assistant {
         mode: &str,
         context_tokens: usize,
         max_tokens: usize,
+        temperature: f32,
+        top_p: f32,
+        seed: Option<u64>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
-        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let opts = ask_options(
+            top_k,
+            mode,
+            context_tokens,
+            max_tokens,
+            (temperature, top_p, seed),
+        )?;
         let inner = &self.inner;
         let mut sink = TextSink::new(on_text.as_ref());
         let answer = py.detach(|| guarded(|| inner.ask(&question, &opts, &mut |p| sink.push(p))));
@@ -158,7 +181,11 @@ impl Assistant {
     }
 
     /// Like `ask`, but returns at once an iterator over the answer's text pieces.
-    #[pyo3(signature = (question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256))]
+    #[pyo3(signature = (
+        question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
+        temperature=0.0, top_p=1.0, seed=None
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask_stream(
         &self,
         question: String,
@@ -166,8 +193,17 @@ impl Assistant {
         mode: &str,
         context_tokens: usize,
         max_tokens: usize,
+        temperature: f32,
+        top_p: f32,
+        seed: Option<u64>,
     ) -> PyResult<AskStream> {
-        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let opts = ask_options(
+            top_k,
+            mode,
+            context_tokens,
+            max_tokens,
+            (temperature, top_p, seed),
+        )?;
         let (events, cancel) = self.inner.ask_stream(question, opts);
         Ok(AskStream::new(events, cancel))
     }
@@ -176,7 +212,8 @@ impl Assistant {
     /// earlier turns, the question last), with the earlier turns in the prompt.
     #[pyo3(signature = (
         messages, *, retrieval=true, top_k=5, mode="hybrid", context_tokens=1024,
-        max_tokens=256, on_text=None
+        max_tokens=256, temperature=0.0, top_p=1.0, seed=None,
+        on_text=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn chat(
@@ -188,10 +225,19 @@ impl Assistant {
         mode: &str,
         context_tokens: usize,
         max_tokens: usize,
+        temperature: f32,
+        top_p: f32,
+        seed: Option<u64>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
         let messages = chat::messages(messages, retrieval)?;
-        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let opts = ask_options(
+            top_k,
+            mode,
+            context_tokens,
+            max_tokens,
+            (temperature, top_p, seed),
+        )?;
         let inner = &self.inner;
         let mut sink = TextSink::new(on_text.as_ref());
         let answer = py
@@ -202,8 +248,10 @@ impl Assistant {
 
     /// Like `chat`, but returns at once an iterator over the answer's text pieces.
     #[pyo3(signature = (
-        messages, *, retrieval=true, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256
+        messages, *, retrieval=true, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
+        temperature=0.0, top_p=1.0, seed=None
     ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn chat_stream(
         &self,
         messages: &Bound<'_, PyAny>,
@@ -212,15 +260,28 @@ impl Assistant {
         mode: &str,
         context_tokens: usize,
         max_tokens: usize,
+        temperature: f32,
+        top_p: f32,
+        seed: Option<u64>,
     ) -> PyResult<AskStream> {
         let messages = chat::messages(messages, retrieval)?;
-        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let opts = ask_options(
+            top_k,
+            mode,
+            context_tokens,
+            max_tokens,
+            (temperature, top_p, seed),
+        )?;
         let (events, cancel) = self.inner.chat_stream(messages, retrieval, opts);
         Ok(AskStream::new(events, cancel))
     }
 
     /// Answer over caller-supplied context (a UI agent's screen) instead of retrieval.
-    #[pyo3(signature = (question, context, system=None, *, max_tokens=256, on_text=None))]
+    #[pyo3(signature = (
+        question, context, system=None, *, max_tokens=256, temperature=0.0, top_p=1.0,
+        seed=None, on_text=None
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask_with_context(
         &self,
         py: Python<'_>,
@@ -228,10 +289,14 @@ impl Assistant {
         context: String,
         system: Option<String>,
         max_tokens: usize,
+        temperature: f32,
+        top_p: f32,
+        seed: Option<u64>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
         let opts = AskOptions {
             max_tokens,
+            sampling: sampling((temperature, top_p, seed))?,
             ..AskOptions::default()
         };
         let inner = &self.inner;

@@ -162,7 +162,8 @@ impl Conversation {
 
     /// Answer `question` in this conversation and keep the exchange.
     #[pyo3(signature = (
-        question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256, on_text=None
+        question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
+        temperature=0.0, top_p=1.0, seed=None, on_text=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask(
@@ -173,9 +174,18 @@ impl Conversation {
         mode: &str,
         context_tokens: usize,
         max_tokens: usize,
+        temperature: f32,
+        top_p: f32,
+        seed: Option<u64>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
-        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let opts = ask_options(
+            top_k,
+            mode,
+            context_tokens,
+            max_tokens,
+            (temperature, top_p, seed),
+        )?;
         let messages = self.messages_with(&question);
         let inner = &self.assistant.get().inner;
         let retrieval = self.retrieval;
@@ -193,7 +203,11 @@ impl Conversation {
 
     /// Like `ask`, but returns at once an iterator over the answer's text pieces; the
     /// exchange is kept once the stream has ended without being cancelled.
-    #[pyo3(signature = (question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256))]
+    #[pyo3(signature = (
+        question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
+        temperature=0.0, top_p=1.0, seed=None
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask_stream(
         &self,
         question: String,
@@ -201,8 +215,17 @@ impl Conversation {
         mode: &str,
         context_tokens: usize,
         max_tokens: usize,
+        temperature: f32,
+        top_p: f32,
+        seed: Option<u64>,
     ) -> PyResult<AskStream> {
-        let opts = ask_options(top_k, mode, context_tokens, max_tokens)?;
+        let opts = ask_options(
+            top_k,
+            mode,
+            context_tokens,
+            max_tokens,
+            (temperature, top_p, seed),
+        )?;
         let messages = self.messages_with(&question);
         let inner = &self.assistant.get().inner;
         let (events, cancel) = inner.chat_stream(messages, self.retrieval, opts);

@@ -179,3 +179,23 @@ def test_a_residency_budget_switches_graphs_and_keeps_the_answer(
     too_small = ragkit.Assistant(index_dir, model=MODEL, threads=2, npu_memory_mb=1)
     with pytest.raises(ragkit.RagError, match="cannot hold one form of every block"):
         too_small.ask(q, max_tokens=4)
+
+
+def test_sampling_is_reproducible_by_seed_and_equals_the_cli(assistant, index_dir, rag_bin):
+    q = "What does the warranty not cover?"
+    greedy = assistant.ask(q, max_tokens=24)
+    assert assistant.ask(q, max_tokens=24, temperature=0.0, seed=3).answer == greedy.answer
+    hot = [assistant.ask(q, max_tokens=24, temperature=1.3, seed=s).answer for s in (1, 2, 3)]
+    assert assistant.ask(q, max_tokens=24, temperature=1.3, seed=1).answer == hot[0]
+    streamed = "".join(assistant.ask_stream(q, max_tokens=24, temperature=1.3, seed=2))
+    assert streamed.strip() == hot[1]
+    assert len(set(hot)) > 1 and any(h != greedy.answer for h in hot), hot
+    cli = run_json(
+        rag_bin, "ask", q, "--index-dir", str(index_dir), "--model", MODEL,
+        "--max-tokens", "24", "--threads", "2", "--temperature", "1.3", "--seed", "3",
+    )
+    assert cli["answer"] == hot[2]
+    with pytest.raises(ValueError):
+        assistant.ask(q, max_tokens=4, temperature=-1.0)
+    with pytest.raises(ValueError):
+        assistant.ask(q, max_tokens=4, top_p=0.0)
