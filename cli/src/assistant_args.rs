@@ -28,7 +28,8 @@ pub struct AssistantArgs {
     #[arg(long, short = 'k')]
     pub top_k: Option<usize>,
     /// hybrid (BM25 + dense, fused), bm25 or dense.
-    #[arg(long, default_value_t = AskOptions::default().mode)]
+    #[arg(long, default_value_t = AskOptions::default().mode,
+          value_parser = rag_cli::search_mode_parser())]
     pub mode: SearchMode,
     /// BM25 only: do not load the embedding model (`rag serve`: no /v1/embeddings).
     #[arg(long)]
@@ -247,6 +248,22 @@ mod tests {
         );
         assert_eq!(s.index_dir, PathBuf::from("/flag"));
         assert!(Wrap::try_parse_from(["rag", "--spec", "warp"]).is_err());
+    }
+
+    #[test]
+    fn search_modes_are_listed_choices() {
+        use clap::CommandFactory;
+        let e = Wrap::try_parse_from(["rag", "--mode", "fuzzy"])
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+        assert_eq!(e.exit_code(), 2);
+        let help = Wrap::command().render_long_help().to_string();
+        assert!(help.contains("hybrid") && help.contains("bm25") && help.contains("dense"));
+        assert!(
+            help.contains("[possible values: hybrid, bm25, dense]"),
+            "{help}"
+        );
     }
 
     #[test]

@@ -64,8 +64,10 @@ fn index_options(a: &Args) -> Result<IndexOptions> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let opts = index_options(&a)?;
-    let index_dir = Config::load()?.index_dir(a.index_dir.clone());
+    let mut opts = index_options(&a)?;
+    let config = Config::load()?;
+    opts.limits.loaders = config.loaders();
+    let index_dir = config.index_dir(a.index_dir.clone());
     let resync = a.dirs.is_empty();
     if resync {
         exit::require_index(&index_dir, "")?;

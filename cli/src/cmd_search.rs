@@ -17,7 +17,8 @@ pub struct Args {
     #[arg(long, short = 'k')]
     pub top_k: Option<usize>,
     /// hybrid (BM25 + dense, fused), bm25 or dense.
-    #[arg(long, default_value_t = rag::assistant::AskOptions::default().mode)]
+    #[arg(long, default_value_t = rag::assistant::AskOptions::default().mode,
+          value_parser = rag_cli::search_mode_parser())]
     pub mode: SearchMode,
     /// BM25 only: do not load the embedding model.
     #[arg(long)]

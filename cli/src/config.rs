@@ -1,5 +1,5 @@
 //! Defaults for the flags people set once: the model, the index directory, top-k, threads
-//! and the speculative-decoding mode. Each setting comes from, first to last: its flag,
+//! and the speculative-decoding mode; and the document loader commands of `rag index`. Each setting comes from, first to last: its flag,
 //! the environment (`RAG_INDEX_DIR`), the config file, the built-in default.
 //!
 //! The config file is TOML: `$RAG_CONFIG` if set (it must exist), else
@@ -7,6 +7,7 @@
 //! absent). Unknown keys are errors, so a typo does not silently fall back to a default.
 
 use anyhow::{Context, Result};
+use corpus_tools::Loaders;
 use std::path::{Path, PathBuf};
 
 /// Where `rag` keeps the index when nothing says otherwise (relative: one per project).
@@ -27,6 +28,10 @@ pub struct Config {
     /// Speculative decoding mode (`--spec`); its place in the file, to name the line
     /// of a bad value.
     pub spec: Option<toml::Spanned<String>>,
+    /// `[loaders]`: extension = command that prints a file's text, with the file's path
+    /// as `$1` (e.g. `pdf = "pdftotext -layout $1 -"`); it replaces the built-in parser
+    /// for that extension when indexing.
+    pub loaders: Option<toml::Spanned<std::collections::BTreeMap<String, String>>>,
 }
 
 impl Config {
@@ -73,7 +78,21 @@ impl Config {
                 anyhow::anyhow!("config file {}, line {line}: spec: {e}", path.display())
             })?;
         }
+        if let Some(l) = &config.loaders {
+            let line = line_of(text, l.span().start);
+            Loaders::new(l.get_ref().clone()).map_err(|e| {
+                anyhow::anyhow!("config file {}, line {line}: loaders: {e}", path.display())
+            })?;
+        }
         Ok(config)
+    }
+
+    /// The `[loaders]` table (checked when the file was read).
+    pub fn loaders(&self) -> Loaders {
+        self.loaders
+            .as_ref()
+            .and_then(|l| Loaders::new(l.get_ref().clone()).ok())
+            .unwrap_or_default()
     }
 
     /// `--index-dir`, else `$RAG_INDEX_DIR`, else the config's, else `.rag-index`.
@@ -157,6 +176,16 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_loaders_table() {
+        let c = parse("top_k = 2\n[loaders]\npdf = \"pdftotext $1 -\"\n\".Note\" = \"cat $1\"\n")
+            .unwrap();
+        let l = c.loaders();
+        assert_eq!(l.for_path(Path::new("a.PDF")), Some("pdftotext $1 -"));
+        assert_eq!(l.for_path(Path::new("b.note")), Some("cat $1"));
+        assert!(parse("").unwrap().loaders().is_empty());
+    }
+
+    #[test]
     fn empty_is_the_builtin_defaults() {
         let c = parse("").unwrap();
         assert_eq!(c.model(None), rag::models::DEFAULT_MODEL);
@@ -172,6 +201,8 @@ mod tests {
             ("model = \"a\"\n\nmodle = \"b\"\n", 3, "unknown field"),
             ("top_k = 3\nthreads = -1\n", 2, "-1"),
             ("model = \"a\"\nspec = \"warp\"\n", 2, "spec"),
+            ("top_k = 3\n[loaders]\n\".\" = \"cat $1\"\n", 2, "loaders"),
+            ("[loaders]\npdf = \" \"\n", 1, "empty command"),
             ("model = \n", 1, ""),
         ] {
             let e = format!("{:#}", parse(text).unwrap_err());

@@ -17,6 +17,8 @@ pub struct ParseLimits {
     /// Wall-clock limit per file; the worker process is killed after it (with thread
     /// isolation, the parser thread is abandoned).
     pub timeout: Duration,
+    /// Commands that replace the built-in parser for their extensions ([`crate::loader`]).
+    pub loaders: crate::loader::Loaders,
 }
 
 impl Default for ParseLimits {
@@ -25,6 +27,7 @@ impl Default for ParseLimits {
             max_file_bytes: 20 << 20,
             max_text_bytes: 20 << 20,
             timeout: Duration::from_secs(10),
+            loaders: Default::default(),
         }
     }
 }

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Detect the format of `bytes` (named `path`), decode and parse it in isolation: in a
-/// worker process when the binary registered one ([`crate::worker::init_or_serve`]), which
+/// Detect the format of `bytes` (named `path`), decode and parse it in isolation (or run
+/// the loader command configured for its extension on `path`): in a worker process when the binary registered one ([`crate::worker::init_or_serve`]), which
 /// is killed on timeout; otherwise on its own thread, which is abandoned on timeout.
 pub fn parse_isolated(
     path: &Path,
@@ -28,6 +28,10 @@ pub fn parse_isolated_detailed(
     bytes: Vec<u8>,
     limits: &ParseLimits,
 ) -> Result<ParsedDoc, Skip> {
+    // A configured command is its own process: isolated already.
+    if let Some(command) = limits.loaders.for_path(path) {
+        return crate::loader::run(command, path, limits);
+    }
     if let Some(program) = crate::worker::program() {
         if let Some(r) = crate::worker::parse_in_worker(program, path, &bytes, limits) {
             return r;

@@ -516,6 +516,11 @@ impl Index {
                 Ok(m) => (m.len(), mtime_ns(&m)),
                 Err(_) => (0, 0),
             };
+            // A file read through a loader command is re-read when that command changes.
+            let config = match opts.limits.loaders.for_path(file) {
+                Some(cmd) => format!("{config}/l{}", &store::hex_sha256(cmd.as_bytes())[..16]),
+                None => config.clone(),
+            };
             let old = store::doc_state(&self.db(), &path)?;
             if let Some(o) = &old {
                 if o.size == size
