@@ -2,7 +2,7 @@
 //! phone profile.
 
 use npu_schedule::exact::solve;
-use npu_schedule::plan::{plan_async, plan_progressive, plan_progressive_wc, plan_sync};
+use npu_schedule::greedy::{plan_async, plan_progressive, plan_progressive_wc, plan_sync};
 use npu_schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
 use proptest::prelude::*;
 
