@@ -7,7 +7,9 @@ use npu_schedule::{simulate, Instance, MemoryBudget, Profile, ScheduleKind};
 use proptest::prelude::*;
 
 mod support;
-use support::{arb_instance, load_list, paper_regime_instance, Rng, GREEDY_BOUNDS};
+use support::{
+    arb_instance, load_list, paper_regime_instance, seeded_instance, Rng, GREEDY_BOUNDS,
+};
 
 fn span(inst: &Instance, plan: &npu_schedule::Plan) -> u64 {
     simulate(inst, plan).unwrap().makespan()
@@ -215,16 +217,35 @@ fn local_search_reaches_the_loader_bound_on_the_paper_profile_at_256() {
     }
 }
 
-/// `progressive-ls` starts from the paper rule's and the work-conserving plans, so it can
-/// never be worse than either; checked on 300 seeded instances of the random family, with
-/// the plan it returns re-simulated.
+/// `progressive-ls` within 5% of the exact optimum (the project's target) on the 1000
+/// instances of the stated set's "S1d arb" family (docs/scheduling.md; the same seed as
+/// `gap.rs`): the proptests' distribution, 1-5 blocks x 1-3 chunks, switches from free to
+/// several steps long, unlike the paper-regime family above. The target is measured, not
+/// a theorem (the problem is NP-hard and the search stops at a local optimum): other seeds
+/// of this distribution hold about one instance in 1000 over 5% (5.45% and 6.34% seen).
+/// On this set a regression of the search, the simulator or the solver fails here. The
+/// family must hold instances where the paper's rule is more than 5% off, or the
+/// comparison would show nothing.
 #[test]
-fn local_search_is_never_worse_than_the_greedy() {
-    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
-    for _ in 0..300 {
-        let inst = paper_regime_instance(&mut rng);
+fn local_search_within_five_percent_of_the_optimum_on_the_stated_arb_set() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut paper_over = 0;
+    for _ in 0..1000 {
+        let inst = seeded_instance(&mut rng, GREEDY_BOUNDS);
+        let opt = solve(&inst).unwrap().makespan;
         let ls = span(&inst, &ScheduleKind::ProgressiveLs.plan(&inst).unwrap());
-        assert!(ls <= span(&inst, &plan_progressive(&inst)));
-        assert!(ls <= span(&inst, &plan_progressive_wc(&inst).unwrap()));
+        assert!(
+            ls >= opt,
+            "progressive-ls {ls} beat the optimum {opt} on {inst:?}"
+        );
+        assert!(
+            ls as f64 <= 1.05 * opt as f64,
+            "progressive-ls {ls} vs optimum {opt} on {inst:?}"
+        );
+        paper_over += usize::from(span(&inst, &plan_progressive(&inst)) as f64 > 1.05 * opt as f64);
     }
+    assert!(
+        paper_over > 0,
+        "no instance where the paper's rule is over 5%"
+    );
 }
