@@ -3,9 +3,12 @@
 //! become lines; they differ only in element names and in how text is written. A format
 //! maps its elements to [`Tag`]s and this module does the rest: the paragraph stack and
 //! its depth budget, elements whose content is left out, and where a closed paragraph's
-//! text goes (a heading, a line or a table cell).
+//! text goes (a heading, a line or a table cell). EPUB's XHTML blocks nest with text
+//! between them, so it ends lines itself and shares only [`Skip`] and [`Table`].
 
-use super::xml::{collapse_spaces, next, reader, text_of, too_deep, Outline, Table, MAX_NESTING};
+use super::xml::{
+    collapse_spaces, next, reader, text_of, too_deep, Outline, Skip, Table, MAX_NESTING,
+};
 use quick_xml::events::{BytesStart, Event};
 use std::borrow::Cow;
 
@@ -67,19 +70,17 @@ pub fn walk(
     // its own.
     let mut paras: Vec<Paragraph> = Vec::new();
     let mut table = Table::default();
-    // Depth inside an element whose content is left out.
-    let mut skip = 0usize;
+    let mut skip = Skip::default();
     let mut in_run = false;
     loop {
         let ev = next(&mut r, part)?;
         match &ev {
             Event::Start(e) => {
-                if skip > 0 {
-                    skip += 1;
+                if skip.start() {
                     continue;
                 }
                 match start(e) {
-                    Tag::Skipped => skip = 1,
+                    Tag::Skipped => skip.begin(),
                     Tag::Paragraph(_) if paras.len() >= MAX_NESTING => return Err(too_deep(part)),
                     Tag::Paragraph(level) => paras.push(Paragraph {
                         text: String::new(),
@@ -102,20 +103,18 @@ pub fn walk(
                 }
             }
             Event::End(e) => {
-                if skip > 0 {
-                    skip -= 1;
+                if skip.end() {
                     continue;
                 }
                 match close(&e.local_name().as_ref().to_ascii_lowercase()) {
                     Close::Run => in_run = false,
                     Close::Paragraph => {
                         if let Some(p) = paras.pop() {
-                            if table.active() {
-                                table.push_text(&p.text);
-                            } else if let Some(level) = p.level {
-                                outline.heading(level, &p.text);
-                            } else {
-                                outline.line(&p.text);
+                            if !table.take_paragraph(&p.text) {
+                                match p.level {
+                                    Some(level) => outline.heading(level, &p.text),
+                                    None => outline.line(&p.text),
+                                }
                             }
                         }
                     }
@@ -130,7 +129,7 @@ pub fn walk(
                 }
             }
             Event::Eof => return Ok(()),
-            ev if skip == 0 => {
+            ev if !skip.active() => {
                 let (Some(t), Some(p)) = (text_of(ev), paras.last_mut()) else {
                     continue;
                 };
