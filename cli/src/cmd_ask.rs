@@ -135,18 +135,10 @@ pub fn run(a: Args) -> Result<()> {
 /// The first Ctrl-C stops the answer at its next token; a second one (e.g. during the
 /// model load, before any token) ends the process at once.
 fn cancel_on_ctrl_c(cancel: CancelToken) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::spawn(move || {
-        rt.block_on(async move {
-            while tokio::signal::ctrl_c().await.is_ok() {
-                if cancel.is_cancelled() {
-                    std::process::exit(exit::CANCELLED);
-                }
-                cancel.cancel();
-            }
-        })
-    });
-    Ok(())
+    crate::ctrl_c::on_ctrl_c(move || {
+        if cancel.is_cancelled() {
+            std::process::exit(exit::CANCELLED);
+        }
+        cancel.cancel();
+    })
 }

@@ -141,18 +141,10 @@ pub fn run(a: Args) -> Result<()> {
 
 /// Ctrl-C cancels the answer being written; with none, it ends the program as usual.
 fn stop_answers_on_ctrl_c(answering: Arc<Mutex<Option<CancelToken>>>) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::spawn(move || {
-        rt.block_on(async move {
-            while tokio::signal::ctrl_c().await.is_ok() {
-                match answering.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    Some(cancel) => cancel.cancel(),
-                    None => std::process::exit(exit::CANCELLED),
-                }
-            }
-        })
-    });
-    Ok(())
+    crate::ctrl_c::on_ctrl_c(move || {
+        match answering.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(cancel) => cancel.cancel(),
+            None => std::process::exit(exit::CANCELLED),
+        }
+    })
 }

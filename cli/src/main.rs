@@ -12,6 +12,7 @@ mod cmd_rm;
 mod cmd_search;
 mod cmd_serve;
 mod cmd_status;
+mod ctrl_c;
 
 use clap::{Parser, Subcommand};
 

@@ -1,32 +1,12 @@
 //! `rag chat` as a user drives it through a pipe: follow-up questions, `/sources`,
 //! `/reset`, and Ctrl-C (SIGINT) stopping an answer without ending the conversation.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-
-fn model_available() -> bool {
-    let present = rag::models::resolve("smollm2-135m").is_ok();
-    if !present && std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() != Ok("1") {
-        panic!("smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m");
-    }
-    present
-}
-
-fn index_sample(idx: &Path) {
-    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus");
-    let out = Command::new(env!("CARGO_BIN_EXE_rag"))
-        .args(["index", "--no-dense", "--index-dir"])
-        .arg(idx)
-        .arg(corpus)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use support::{index_sample, model_available};
 
 fn chat(idx: &Path, max_tokens: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rag"));

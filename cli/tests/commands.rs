@@ -3,45 +3,12 @@
 //! progress bar), citations at the end of a streamed answer, and `rag ask` answering from
 //! the last committed index while `rag index` rewrites it.
 
+mod support;
+
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-fn rag(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rag"));
-    c.args(args);
-    c
-}
-
-fn run_ok(c: &mut Command) -> Output {
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{c:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn sample_corpus() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus")
-}
-
-fn model_available() -> bool {
-    let present = rag::models::resolve("smollm2-135m").is_ok();
-    if !present && std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() != Ok("1") {
-        panic!("smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m");
-    }
-    present
-}
-
-fn index_sample(idx: &Path) -> Output {
-    run_ok(
-        rag(&["index", "--no-dense", "--index-dir"])
-            .arg(idx)
-            .arg(sample_corpus()),
-    )
-}
+use std::path::Path;
+use std::process::{Output, Stdio};
+use support::{index_sample, model_available, rag, run_ok, sample_corpus};
 
 #[test]
 fn help_shows_only_user_commands() {

@@ -3,10 +3,13 @@
 //! `$RAG_INDEX_DIR` and the config file, a question on stdin, `rag model rm`, and the exit
 //! codes scripts rely on.
 
+mod support;
+
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use support::{run_ok, sample_corpus};
 
 /// `rag` with no config file or index directory from the environment of whoever runs
 /// the tests (an empty `RAG_CONFIG`).
@@ -23,16 +26,6 @@ fn run(c: &mut Command) -> Output {
     c.output().unwrap()
 }
 
-fn run_ok(c: &mut Command) -> Output {
-    let out = run(c);
-    assert!(
-        out.status.success(),
-        "{c:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -40,10 +33,6 @@ fn stderr(o: &Output) -> String {
 fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
-}
-
-fn sample_corpus() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-corpus")
 }
 
 fn copy_tree(from: &Path, to: &Path) {

@@ -2,26 +2,12 @@
 //! worker processes, `rag search` finds their words under their heading paths; a scanned
 //! PDF is listed as having no text layer.
 
+mod support;
+
 use corpus_tools::test_support::{docx_bytes, epub_bytes, odt_bytes, write_scanned_pdf, Block};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn rag(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rag"));
-    c.args(args);
-    c
-}
-
-fn run_ok(c: &mut Command) -> Output {
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{c:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use support::{rag, run_ok};
 
 fn write_corpus(d: &Path) {
     std::fs::write(

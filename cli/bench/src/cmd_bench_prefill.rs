@@ -612,7 +612,7 @@ fn run_real<B: Backend>(
     exec_for(n_run, c_run)?;
     let mut b = built.borrow_mut();
     let session = &mut b.as_mut().expect("built").1;
-    let n = session.block_labels().len();
+    let n = session.n_blocks();
     if profile.n_blocks() != n || profile.chunk_tokens != c_run {
         bail!(
             "profile has {} blocks x {} tokens, the session {n} x {c_run}",

@@ -5,9 +5,10 @@
 //! fallback copies of text boxes are left out.
 
 use super::container::{dir_of, resolve, Container};
-use super::xml::{attr, local, next, reader, text_of, too_deep, Outline, Table, MAX_NESTING};
+use super::paragraphs::{walk, Close, Tag, Text};
+use super::xml::{attr, local, next, reader, Outline};
 use super::Section;
-use quick_xml::events::Event;
+use quick_xml::events::{BytesStart, Event};
 use std::collections::HashMap;
 
 pub fn sections(bytes: &[u8]) -> Result<Vec<Section>, String> {
@@ -164,101 +165,43 @@ fn outline_level(v: &str) -> Option<u8> {
         .map(|l| l + 1)
 }
 
-#[derive(Default)]
-struct Para {
-    text: String,
-    level: Option<u8>,
-}
-
-/// The paragraphs and tables of a document (or footnotes) part, into `outline`.
+/// The paragraphs and tables of a document (or footnotes) part, into `outline`. Deleted
+/// revisions, field codes and the fallback copies of text boxes are left out.
 fn body(
     xml: &str,
     part: &str,
     styles: &HashMap<String, u8>,
     outline: &mut Outline,
 ) -> Result<(), String> {
-    let mut r = reader(xml);
-    // Open paragraphs: a text box inside a paragraph holds paragraphs of its own.
-    let mut paras: Vec<Para> = Vec::new();
-    let mut table = Table::default();
-    // Depth inside an element whose text is left out.
-    let mut skip = 0usize;
-    let mut in_text = false;
-    loop {
-        let ev = next(&mut r, part)?;
-        match &ev {
-            Event::Start(e) => {
-                if skip > 0 {
-                    skip += 1;
-                    continue;
-                }
-                match local(e).as_slice() {
-                    b"deltext" | b"instrtext" | b"fallback" | b"delinstrtext" => skip = 1,
-                    b"p" if paras.len() >= MAX_NESTING => return Err(too_deep(part)),
-                    b"p" => paras.push(Para::default()),
-                    b"t" => in_text = true,
-                    b"pstyle" => {
-                        if let (Some(p), Some(id)) = (paras.last_mut(), attr(e, "val")) {
-                            p.level = styles.get(&id).copied().or_else(|| level_by_name(&id));
-                        }
-                    }
-                    b"outlinelvl" => {
-                        if let (Some(p), Some(v)) = (paras.last_mut(), attr(e, "val")) {
-                            p.level = outline_level(&v);
-                        }
-                    }
-                    // A run's tab; tab stops (`w:tabs/w:tab`) carry a position.
-                    b"tab" if attr(e, "pos").is_none() => push(&mut paras, " "),
-                    b"br" | b"cr" => push(&mut paras, "\n"),
-                    b"nobreakhyphen" => push(&mut paras, "-"),
-                    b"tbl" => table.start_table(),
-                    b"tc" => table.start_cell(),
-                    _ => {}
-                }
-            }
-            Event::End(e) => {
-                if skip > 0 {
-                    skip -= 1;
-                    continue;
-                }
-                match e.local_name().as_ref().to_ascii_lowercase().as_slice() {
-                    b"t" => in_text = false,
-                    b"p" => {
-                        if let Some(p) = paras.pop() {
-                            if table.active() {
-                                table.push_text(&p.text);
-                            } else if let Some(level) = p.level {
-                                outline.heading(level, &p.text);
-                            } else {
-                                outline.line(&p.text);
-                            }
-                        }
-                    }
-                    b"tc" => table.end_cell(),
-                    b"tr" => {
-                        if let Some(row) = table.end_row() {
-                            outline.line(&row);
-                        }
-                    }
-                    b"tbl" => table.end_table(),
-                    _ => {}
-                }
-            }
-            Event::Eof => return Ok(()),
-            ev if skip == 0 && in_text => {
-                if let Some(t) = text_of(ev) {
-                    push(&mut paras, &t);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-fn push(paras: &mut [Para], s: &str) {
-    if let Some(p) = paras.last_mut() {
-        p.text.push_str(s);
-    }
+    let start = |e: &BytesStart| match local(e).as_slice() {
+        b"deltext" | b"instrtext" | b"fallback" | b"delinstrtext" => Tag::Skipped,
+        b"p" => Tag::Paragraph(None),
+        b"t" => Tag::Run,
+        b"pstyle" => match attr(e, "val") {
+            Some(id) => Tag::Level(styles.get(&id).copied().or_else(|| level_by_name(&id))),
+            None => Tag::Other,
+        },
+        b"outlinelvl" => match attr(e, "val") {
+            Some(v) => Tag::Level(outline_level(&v)),
+            None => Tag::Other,
+        },
+        // A run's tab; tab stops (`w:tabs/w:tab`) carry a position.
+        b"tab" if attr(e, "pos").is_none() => Tag::Insert(" ".into()),
+        b"br" | b"cr" => Tag::Insert("\n".into()),
+        b"nobreakhyphen" => Tag::Insert("-".into()),
+        b"tbl" => Tag::Table,
+        b"tc" => Tag::Cell,
+        _ => Tag::Other,
+    };
+    let close = |name: &[u8]| match name {
+        b"t" => Close::Run,
+        b"p" => Close::Paragraph,
+        b"tc" => Close::Cell,
+        b"tr" => Close::Row,
+        b"tbl" => Close::Table,
+        _ => Close::Other,
+    };
+    walk(xml, part, Text::InRuns, outline, start, close)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! `META-INF/encryption.xml` make the book an error; obfuscated fonts do not.
 
 use super::container::{dir_of, resolve, Container};
-use super::xml::{attr, collapse_spaces, local, next, reader, text_of, Outline, Table};
+use super::xml::{attr, collapse_spaces, local, next, reader, text_of, Outline, Skip, Table};
 use super::Section;
 use quick_xml::events::Event;
 use std::collections::{HashMap, HashSet};
@@ -190,13 +190,11 @@ fn xhtml(text: &str, part: &str, out: &mut Vec<Item>) -> Result<(), String> {
     let mut line = String::new();
     let mut heading: Option<(u8, String)> = None;
     let mut table = Table::default();
-    let mut skip = 0usize;
+    let mut skip = Skip::default();
     let mut pre = 0usize;
     let flush = |line: &mut String, table: &mut Table, out: &mut Vec<Item>| {
         let l = std::mem::take(line);
-        if table.active() {
-            table.push_text(&l);
-        } else if !l.trim().is_empty() {
+        if !table.take_paragraph(&l) && !l.trim().is_empty() {
             out.push(Item::Line(l));
         }
     };
@@ -204,13 +202,12 @@ fn xhtml(text: &str, part: &str, out: &mut Vec<Item>) -> Result<(), String> {
         let ev = next(&mut r, part)?;
         match &ev {
             Event::Start(e) => {
-                if skip > 0 {
-                    skip += 1;
+                if skip.start() {
                     continue;
                 }
                 let name = local(e);
                 if SKIPPED.contains(&name.as_slice()) {
-                    skip = 1;
+                    skip.begin();
                 } else if let Some(level) = heading_level(&name) {
                     flush(&mut line, &mut table, out);
                     heading = Some((level, String::new()));
@@ -227,8 +224,7 @@ fn xhtml(text: &str, part: &str, out: &mut Vec<Item>) -> Result<(), String> {
                 }
             }
             Event::End(e) => {
-                if skip > 0 {
-                    skip -= 1;
+                if skip.end() {
                     continue;
                 }
                 let name = e.local_name().as_ref().to_ascii_lowercase();
@@ -257,7 +253,7 @@ fn xhtml(text: &str, part: &str, out: &mut Vec<Item>) -> Result<(), String> {
                 flush(&mut line, &mut table, out);
                 return Ok(());
             }
-            ev if skip == 0 => {
+            ev if !skip.active() => {
                 let Some(t) = text_of(ev) else { continue };
                 match heading.as_mut() {
                     Some((_, h)) => collapse_spaces(&t, h),

@@ -7,6 +7,7 @@ mod html;
 mod man;
 mod markdown;
 mod odt;
+mod paragraphs;
 mod pdf;
 mod xml;
 

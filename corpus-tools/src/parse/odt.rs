@@ -5,11 +5,10 @@
 //! lines of their own.
 
 use super::container::Container;
-use super::xml::{
-    attr, collapse_spaces, local, next, reader, text_of, too_deep, Outline, Table, MAX_NESTING,
-};
+use super::paragraphs::{walk, Close, Tag, Text};
+use super::xml::{attr, local, Outline};
 use super::Section;
-use quick_xml::events::Event;
+use quick_xml::events::BytesStart;
 
 /// `text:s` repeat counts beyond this are cut (`text:c="1000000000"`).
 const MAX_SPACES: usize = 64;
@@ -28,100 +27,36 @@ pub fn sections(bytes: &[u8]) -> Result<Vec<Section>, String> {
     Ok(outline.finish())
 }
 
-struct Para {
-    text: String,
-    level: Option<u8>,
-}
-
+/// The paragraphs, headings and tables of `content.xml`, into `outline`.
 fn body(xml: &str, outline: &mut Outline) -> Result<(), String> {
-    let mut r = reader(xml);
-    // Open paragraphs: frames, text boxes and notes hold paragraphs inside paragraphs.
-    let mut paras: Vec<Para> = Vec::new();
-    let mut table = Table::default();
-    let mut skip = 0usize;
-    loop {
-        let ev = next(&mut r, "content.xml")?;
-        match &ev {
-            Event::Start(e) => {
-                if skip > 0 {
-                    skip += 1;
-                    continue;
-                }
-                match local(e).as_slice() {
-                    b"annotation" | b"tracked-changes" | b"note-citation" | b"title" | b"desc" => {
-                        skip = 1
-                    }
-                    b"p" | b"h" if paras.len() >= MAX_NESTING => {
-                        return Err(too_deep("content.xml"))
-                    }
-                    b"p" => paras.push(Para {
-                        text: String::new(),
-                        level: None,
-                    }),
-                    b"h" => {
-                        let level = attr(e, "outline-level")
-                            .and_then(|l| l.trim().parse::<u8>().ok())
-                            .unwrap_or(1)
-                            .max(1);
-                        paras.push(Para {
-                            text: String::new(),
-                            level: Some(level),
-                        })
-                    }
-                    b"s" => {
-                        let n = attr(e, "c")
-                            .and_then(|c| c.trim().parse::<usize>().ok())
-                            .unwrap_or(1)
-                            .min(MAX_SPACES);
-                        push_raw(&mut paras, &" ".repeat(n));
-                    }
-                    b"tab" => push_raw(&mut paras, " "),
-                    b"line-break" => push_raw(&mut paras, "\n"),
-                    b"table" => table.start_table(),
-                    b"table-cell" => table.start_cell(),
-                    _ => {}
-                }
-            }
-            Event::End(e) => {
-                if skip > 0 {
-                    skip -= 1;
-                    continue;
-                }
-                match e.local_name().as_ref().to_ascii_lowercase().as_slice() {
-                    b"p" | b"h" => {
-                        if let Some(p) = paras.pop() {
-                            if table.active() {
-                                table.push_text(&p.text);
-                            } else if let Some(level) = p.level {
-                                outline.heading(level, &p.text);
-                            } else {
-                                outline.line(&p.text);
-                            }
-                        }
-                    }
-                    b"table-cell" => table.end_cell(),
-                    b"table-row" => {
-                        if let Some(row) = table.end_row() {
-                            outline.line(&row);
-                        }
-                    }
-                    b"table" => table.end_table(),
-                    _ => {}
-                }
-            }
-            Event::Eof => return Ok(()),
-            ev if skip == 0 => {
-                if let (Some(t), Some(p)) = (text_of(ev), paras.last_mut()) {
-                    collapse_spaces(&t, &mut p.text);
-                }
-            }
-            _ => {}
+    let start = |e: &BytesStart| match local(e).as_slice() {
+        b"annotation" | b"tracked-changes" | b"note-citation" | b"title" | b"desc" => Tag::Skipped,
+        b"p" => Tag::Paragraph(None),
+        b"h" => Tag::Paragraph(Some(
+            attr(e, "outline-level")
+                .and_then(|l| l.trim().parse::<u8>().ok())
+                .unwrap_or(1)
+                .max(1),
+        )),
+        b"s" => {
+            let n = attr(e, "c")
+                .and_then(|c| c.trim().parse::<usize>().ok())
+                .unwrap_or(1)
+                .min(MAX_SPACES);
+            Tag::Insert(" ".repeat(n).into())
         }
-    }
-}
-
-fn push_raw(paras: &mut [Para], s: &str) {
-    if let Some(p) = paras.last_mut() {
-        p.text.push_str(s);
-    }
+        b"tab" => Tag::Insert(" ".into()),
+        b"line-break" => Tag::Insert("\n".into()),
+        b"table" => Tag::Table,
+        b"table-cell" => Tag::Cell,
+        _ => Tag::Other,
+    };
+    let close = |name: &[u8]| match name {
+        b"p" | b"h" => Close::Paragraph,
+        b"table-cell" => Close::Cell,
+        b"table-row" => Close::Row,
+        b"table" => Close::Table,
+        _ => Close::Other,
+    };
+    walk(xml, "content.xml", Text::Collapsed, outline, start, close)
 }

@@ -106,6 +106,34 @@ pub fn too_deep(part: &str) -> String {
     format!("{part}: paragraphs nested over {MAX_NESTING} deep")
 }
 
+/// Depth inside an element whose content (tags and text) is left out.
+#[derive(Default)]
+pub struct Skip(usize);
+
+impl Skip {
+    /// At the start tag of an element to leave out.
+    pub fn begin(&mut self) {
+        self.0 = 1;
+    }
+    /// At any start tag: whether it lies inside a left-out element (and is left out too).
+    pub fn start(&mut self) -> bool {
+        if self.0 > 0 {
+            self.0 += 1;
+        }
+        self.0 > 1
+    }
+    /// At any end tag: whether it closes a left-out element or lies inside one.
+    pub fn end(&mut self) -> bool {
+        let inside = self.0 > 0;
+        self.0 = self.0.saturating_sub(1);
+        inside
+    }
+    /// Whether text here is left out.
+    pub fn active(&self) -> bool {
+        self.0 > 0
+    }
+}
+
 /// Collapse runs of whitespace to one space (ODF and XHTML text; not Word runs).
 pub fn collapse_spaces(s: &str, out: &mut String) {
     let mut last_space = out.ends_with(' ') || out.is_empty();
@@ -213,8 +241,17 @@ impl Table {
             self.cell.clear();
         }
     }
+    /// A finished paragraph: inside a table it joins the open cell (true); outside one it
+    /// is the caller's to write (false).
+    pub fn take_paragraph(&mut self, text: &str) -> bool {
+        if !self.active() {
+            return false;
+        }
+        self.push_text(text);
+        true
+    }
     /// A paragraph inside a cell.
-    pub fn push_text(&mut self, text: &str) {
+    fn push_text(&mut self, text: &str) {
         let text = text.trim();
         if !text.is_empty() {
             if !self.cell.is_empty() {

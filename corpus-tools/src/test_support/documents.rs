@@ -1,6 +1,5 @@
 //! Small DOCX, ODT and EPUB files with the real package structure (content types,
-//! relationships, manifests, container and OPF), written with the `zip` crate, and a PDF
-//! whose pages hold only an image (a scan).
+//! relationships, manifests, container and OPF), written with the `zip` crate.
 
 use std::io::Write;
 use zip::write::SimpleFileOptions;
@@ -223,42 +222,4 @@ pub fn epub_bytes(chapters: &[&[Block]]) -> Vec<u8> {
         entries.push((name, text.as_bytes()));
     }
     zip_bytes(&entries)
-}
-
-/// A PDF whose `pages` pages each show an image and hold no text (what a scanner makes).
-pub fn write_scanned_pdf(path: &std::path::Path, pages: usize) -> std::io::Result<()> {
-    use lopdf::{dictionary, Document, Object, Stream};
-    let mut doc = Document::with_version("1.5");
-    let pages_id = doc.new_object_id();
-    // An 8x8 grey image.
-    let image = Stream::new(
-        dictionary! {
-            "Type" => "XObject", "Subtype" => "Image", "Width" => 8, "Height" => 8,
-            "ColorSpace" => "DeviceGray", "BitsPerComponent" => 8,
-        },
-        vec![0x80; 64],
-    );
-    let image_id = doc.add_object(image);
-    let resources_id = doc.add_object(dictionary! {"XObject" => dictionary! {"Im1" => image_id}});
-    let mut kids = Vec::new();
-    for _ in 0..pages {
-        let content = b"q 500 0 0 700 50 50 cm /Im1 Do Q".to_vec();
-        let content_id = doc.add_object(Stream::new(dictionary! {}, content));
-        let page_id = doc.add_object(dictionary! {
-            "Type" => "Page", "Parent" => pages_id, "Contents" => content_id,
-        });
-        kids.push(page_id.into());
-    }
-    let count = kids.len() as i64;
-    doc.objects.insert(
-        pages_id,
-        Object::Dictionary(dictionary! {
-            "Type" => "Pages", "Kids" => kids, "Count" => count,
-            "Resources" => resources_id, "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
-        }),
-    );
-    let catalog_id = doc.add_object(dictionary! {"Type" => "Catalog", "Pages" => pages_id});
-    doc.trailer.set("Root", catalog_id);
-    doc.save(path)?;
-    Ok(())
 }

@@ -22,11 +22,11 @@
 //! measured layout (or the measurement budget is spent). The answer is the measured layout
 //! with the lowest TTFT simulated on its own measured profile.
 
+use super::error::{Result, ScheduleError};
 use super::instance::{Instance, MemoryBudget};
-use super::plan::ScheduleKind;
+use super::kind::ScheduleKind;
 use super::profile::{BlockProfile, Profile};
 use super::sim::simulate;
-use super::{Result, ScheduleError};
 use serde::{Deserialize, Serialize};
 
 /// Default candidates: block counts are filtered to divisors of the layer count (see

@@ -16,10 +16,11 @@
 //! that is still in flight when the step ends. Tests compare this with brute force over all
 //! plans on small instances.
 
+use super::error::{Result, ScheduleError};
+use super::greedy::{plan_progressive, plan_sync};
 use super::instance::Instance;
 use super::plan::{Load, Plan};
 use super::sim::simulate;
-use super::{Result, ScheduleError};
 use std::collections::HashMap;
 
 /// Largest instances the solver accepts.
@@ -76,9 +77,9 @@ pub fn solve(inst: &Instance) -> Result<Solution> {
     }
     let cost: Vec<u64> = (0..n).map(|b| inst.switch_cost(b)).collect();
     // Upper bound from the greedy prunes states that cannot beat it.
-    let ub = simulate(inst, &super::plan::plan_progressive(inst))?
+    let ub = simulate(inst, &plan_progressive(inst))?
         .makespan()
-        .min(simulate(inst, &super::plan::plan_sync(inst))?.makespan());
+        .min(simulate(inst, &plan_sync(inst))?.makespan());
     // Least compute left from each boundary (either form).
     let mut rest = vec![0u64; steps + 1];
     for s in (0..steps).rev() {

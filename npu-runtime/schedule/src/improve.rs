@@ -20,10 +20,11 @@
 //! polynomial (in practice a few passes). It is never worse than `progressive` or
 //! `progressive-wc`: their plans are starting points and moves only ever improve.
 
+use super::error::Result;
+use super::greedy::{plan_async, plan_progressive, plan_progressive_wc, plan_sync};
 use super::instance::Instance;
-use super::plan::{plan_async, plan_progressive, plan_progressive_wc, plan_sync, Load, Plan};
+use super::plan::{Load, Plan};
 use super::sim::makespan_of_valid;
-use super::Result;
 
 /// The best plan found from every starting plan (see the module docs).
 pub fn plan_local_search(inst: &Instance) -> Result<Plan> {

@@ -3,8 +3,8 @@
 //! Integer time keeps the simulator, the planners and the exact solver exactly consistent
 //! (ties are well defined, no float drift between a plan's prediction and its simulation).
 
+use super::error::{Result, ScheduleError};
 use super::profile::Profile;
-use super::{Result, ScheduleError};
 
 /// How many graph forms may be resident.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,12 +9,14 @@
 //! - [`profile`]: per-block costs measured by warm-up profiling (or derived from a paper),
 //!   stored as JSON and cached per model, backend and machine.
 //! - [`instance`]: a profile turned into an exact integer-time problem for one prompt.
-//! - [`plan`]: a schedule (which block loads, in which order, released at which step) and the
-//!   planners: `sync`, `async`, `progressive` (the paper's greedy), `progressive-wc`,
-//!   `progressive-ls` and `optimal`.
+//! - [`plan`]: a schedule (which block loads, in which order, released at which step).
+//! - [`greedy`]: the one-pass planners `sync`, `async`, `progressive` (the paper's greedy)
+//!   and `progressive-wc`.
 //! - [`improve`]: `progressive-ls`, the greedy's plans improved by local search.
 //! - [`exact`]: the exact solver for small instances (the problem is NP-hard).
 //! - [`sim`]: the discrete-event simulator that executes a plan against an instance.
+//! - [`kind`]: the schedules by name (`sync` ... `progressive-ls`, `optimal`) and the
+//!   planner behind each.
 //!
 //! Pure planning: nothing here runs a model. The runtime (`npu_runtime::schedule`) adds
 //! the real executor with its loader thread and warm-up profiling.
@@ -22,36 +24,19 @@
 //!   predicting every candidate layout with the planner and the simulator.
 
 pub mod choose;
+mod error;
 pub mod exact;
+pub mod greedy;
 pub mod improve;
 pub mod instance;
+pub mod kind;
 pub mod plan;
 pub mod profile;
 pub mod sim;
 
+pub use error::{Result, ScheduleError};
 pub use instance::{Instance, MemoryBudget};
-pub use plan::{Form, Load, Plan, ScheduleKind};
+pub use kind::ScheduleKind;
+pub use plan::{Form, Load, Plan};
 pub use profile::{BlockProfile, Profile};
 pub use sim::{simulate, Metrics, SimResult};
-
-/// Errors of the scheduling layer.
-#[derive(Debug, thiserror::Error)]
-pub enum ScheduleError {
-    #[error("invalid profile: {0}")]
-    Profile(String),
-    #[error("profile I/O error on {path}: {source}")]
-    Io {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("invalid plan: {0}")]
-    Plan(String),
-    #[error("instance too large for the exact solver: {0}")]
-    TooLarge(String),
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    #[error("executor failed: {0}")]
-    Executor(String),
-}
-
-pub type Result<T> = std::result::Result<T, ScheduleError>;

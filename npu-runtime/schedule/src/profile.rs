@@ -3,7 +3,7 @@
 //! Times are in milliseconds (as measured or derived), memory in bytes. A profile is
 //! validated on load: bad files give an error, never a panic.
 
-use super::{Result, ScheduleError};
+use super::error::{Result, ScheduleError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

@@ -6,9 +6,9 @@
 //! G2 after that load ends (one form per block); with double residency it runs on G1 while
 //! the load is still in flight and needs no wait.
 
+use super::error::Result;
 use super::instance::{ns_to_ms, Instance};
 use super::plan::{Form, Plan};
-use super::Result;
 use serde::Serialize;
 
 /// Which resource an event occupies.

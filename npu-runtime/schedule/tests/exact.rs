@@ -2,7 +2,7 @@
 //! including instances built from the paper's 2-Partition reduction.
 
 use npu_schedule::exact::solve;
-use npu_schedule::plan::plan_progressive;
+use npu_schedule::greedy::plan_progressive;
 use npu_schedule::{simulate, Instance, Load, Plan};
 use proptest::prelude::*;
 

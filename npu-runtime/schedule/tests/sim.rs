@@ -1,6 +1,6 @@
 //! The simulator's timelines against schedules worked out by hand.
 
-use npu_schedule::plan::{plan_async, plan_progressive, plan_sync};
+use npu_schedule::greedy::{plan_async, plan_progressive, plan_sync};
 use npu_schedule::sim::{simulate, EventKind, Unit};
 use npu_schedule::{Form, Instance, MemoryBudget, Plan};
 
