@@ -101,3 +101,72 @@ fn office_documents_are_indexed_and_found_under_their_headings() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("no text layer (scanned?), 2 pages"), "{err}");
 }
+
+/// A `[loaders]` command from the config file reads a format we have no parser for (and
+/// replaces one we have); changing the command re-reads those files, and only those.
+#[test]
+fn loader_commands_from_the_config_file_index_other_formats() {
+    let corpus = tempfile::tempdir().unwrap();
+    let d = corpus.path();
+    // A "format" only the loader understands: text with NUL bytes, binary to us.
+    std::fs::write(d.join("notes.rev"), "the\0 blue\0 lobsters\0\nexpression\n").unwrap();
+    std::fs::write(d.join("plain.txt"), "An ordinary kestrel note.\n").unwrap();
+    let cfg = tempfile::tempdir().unwrap();
+    let config = cfg.path().join("config.toml");
+    let idx = tempfile::tempdir().unwrap();
+    let index = |config_text: &str| -> Value {
+        std::fs::write(&config, config_text).unwrap();
+        let out = run_ok(
+            rag(&["index", "--no-dense", "--json", "--index-dir"])
+                .arg(idx.path())
+                .arg(d)
+                .env("RAG_CONFIG", &config),
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let search = |word: &str| -> Value {
+        let out = run_ok(
+            rag(&["search", "--no-dense", "--json", "-k", "1", "--index-dir"])
+                .arg(idx.path())
+                .arg(word),
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+
+    let s = index("");
+    assert_eq!(s["files_indexed"], 1, "{s}");
+    assert_eq!(s["skipped_files"][0]["reason"], "binary", "{s}");
+
+    let s = index("[loaders]\nrev = \"tr -d '\\\\000' < \\\"$1\\\"\"\n");
+    assert_eq!(s["files_indexed"], 1, "only the .rev file is re-read: {s}");
+    let hits = search("lobsters");
+    assert!(hits[0]["path"].as_str().unwrap().ends_with("/notes.rev"), "{hits}");
+    assert!(hits[0]["text"].as_str().unwrap().contains("the blue lobsters"), "{hits}");
+
+    // Unchanged config: nothing re-read. A failing command: a skip naming it.
+    let s = index("[loaders]\nrev = \"tr -d '\\\\000' < \\\"$1\\\"\"\n");
+    assert_eq!(s["files_indexed"], 0, "{s}");
+    let s = index("[loaders]\nrev = \"echo no such tool >&2; exit 127\"\n");
+    assert_eq!(s["skipped_files"][0]["reason"], "parse-error", "{s}");
+    assert!(
+        s["skipped_files"][0]["detail"].as_str().unwrap().contains("no such tool"),
+        "{s}"
+    );
+
+    // A loader for an extension we parse ourselves replaces our parser.
+    let s = index("[loaders]\ntxt = \"tr a-z A-Z < \\\"$1\\\"\"\n");
+    assert_eq!(s["files_indexed"], 1, "{s}");
+    assert!(search("KESTREL")[0]["text"].as_str().unwrap().contains("AN ORDINARY KESTREL"));
+
+    // A bad table is a usage error naming the line.
+    std::fs::write(&config, "[loaders]\n\"\" = \"cat\"\n").unwrap();
+    let out = rag(&["index", "--no-dense", "--index-dir"])
+        .arg(idx.path())
+        .arg(d)
+        .env("RAG_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 1") && err.contains("loaders"), "{err}");
+}
