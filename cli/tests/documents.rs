@@ -140,8 +140,17 @@ fn loader_commands_from_the_config_file_index_other_formats() {
     let s = index("[loaders]\nrev = \"tr -d '\\\\000' < \\\"$1\\\"\"\n");
     assert_eq!(s["files_indexed"], 1, "only the .rev file is re-read: {s}");
     let hits = search("lobsters");
-    assert!(hits[0]["path"].as_str().unwrap().ends_with("/notes.rev"), "{hits}");
-    assert!(hits[0]["text"].as_str().unwrap().contains("the blue lobsters"), "{hits}");
+    assert!(
+        hits[0]["path"].as_str().unwrap().ends_with("/notes.rev"),
+        "{hits}"
+    );
+    assert!(
+        hits[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("the blue lobsters"),
+        "{hits}"
+    );
 
     // Unchanged config: nothing re-read. A failing command: a skip naming it.
     let s = index("[loaders]\nrev = \"tr -d '\\\\000' < \\\"$1\\\"\"\n");
@@ -149,14 +158,20 @@ fn loader_commands_from_the_config_file_index_other_formats() {
     let s = index("[loaders]\nrev = \"echo no such tool >&2; exit 127\"\n");
     assert_eq!(s["skipped_files"][0]["reason"], "parse-error", "{s}");
     assert!(
-        s["skipped_files"][0]["detail"].as_str().unwrap().contains("no such tool"),
+        s["skipped_files"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no such tool"),
         "{s}"
     );
 
     // A loader for an extension we parse ourselves replaces our parser.
     let s = index("[loaders]\ntxt = \"tr a-z A-Z < \\\"$1\\\"\"\n");
     assert_eq!(s["files_indexed"], 1, "{s}");
-    assert!(search("KESTREL")[0]["text"].as_str().unwrap().contains("AN ORDINARY KESTREL"));
+    assert!(search("KESTREL")[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("AN ORDINARY KESTREL"));
 
     // A bad table is a usage error naming the line.
     std::fs::write(&config, "[loaders]\n\"\" = \"cat\"\n").unwrap();

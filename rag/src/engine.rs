@@ -12,7 +12,8 @@ use npu_runtime::schedule::{Profile, ScheduleKind};
 use npu_runtime::session::{
     self, GenerationStats, KvPrecision, Model, Session, SessionOptions, SwitchReport, Switching,
 };
-use specdec::Target;
+use specdec::session_target::generate_sampled_plain;
+use specdec::{Sampling, Target};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -97,12 +98,13 @@ pub trait Engine: Target + Send {
     fn import_kv(&mut self, n: usize, rows: &[f32]) -> Result<()>;
     /// Largest verification batch (the decode/verify graph rows).
     fn max_verify(&self) -> usize;
-    /// Plain greedy decoding after prefilling `prompt` (one decode step per token, no
-    /// drafts): the reference speculative output must equal token for token.
-    fn generate_greedy(
+    /// Plain decoding after prefilling `prompt` (one decode step per token, no drafts),
+    /// greedy or sampled: the reference speculative output must equal token for token.
+    fn generate_plain(
         &mut self,
         prompt: &[u32],
         max_tokens: usize,
+        sampling: &Sampling,
     ) -> Result<(Vec<u32>, GenerationStats)>;
 
     /// What progressive switching did during the last prefill (`None`: not switching).
@@ -146,16 +148,23 @@ where
     fn switch_report(&self) -> Option<SwitchReport> {
         Session::switch_report(self).cloned()
     }
-    fn generate_greedy(
+    fn generate_plain(
         &mut self,
         prompt: &[u32],
         max_tokens: usize,
+        sampling: &Sampling,
     ) -> Result<(Vec<u32>, GenerationStats)> {
         let mut out = Vec::new();
-        let stats = session::generate_greedy(self, prompt, max_tokens, |t| {
+        let push = |t| {
             out.push(t);
             true
-        })?;
+        };
+        let stats = if sampling.is_greedy() {
+            // The argmax-only head.
+            session::generate_greedy(self, prompt, max_tokens, push)?
+        } else {
+            generate_sampled_plain(self, prompt, max_tokens, sampling, push)?
+        };
         Ok((out, stats))
     }
 }

@@ -1,10 +1,11 @@
 //! The runtime's session (the one block driver, on any backend) as a verification target.
 
+use crate::sampling::Sampling;
 use crate::target::{PrefillOut, Target};
 use crate::tree::FlatTree;
 use crate::SpecError;
 use npu_runtime::backend::Backend;
-use npu_runtime::session::{argmax, Session};
+use npu_runtime::session::{argmax, generate_picked, GenerationStats, Session};
 
 fn rt(e: impl std::fmt::Display) -> SpecError {
     SpecError::Target(e.to_string())
@@ -114,4 +115,18 @@ impl<B: Backend> Target for Session<B> {
     fn context_left(&self) -> usize {
         self.kv_capacity().saturating_sub(self.n_past())
     }
+}
+
+/// Plain sampled decoding on `session`, one decode step per token: the reference that
+/// [`crate::Generator::generate_sampled`] equals token for token (greedy when `sampling` is).
+pub fn generate_sampled_plain<B: Backend>(
+    session: &mut Session<B>,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &Sampling,
+    on_token: impl FnMut(u32) -> bool,
+) -> npu_runtime::error::Result<GenerationStats> {
+    let mut scratch = Vec::new();
+    let pick = |logits: &[f32], i: usize| sampling.pick(logits, i, &mut scratch);
+    generate_picked(session, prompt, max_tokens, pick, on_token)
 }

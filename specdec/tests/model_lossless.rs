@@ -4,6 +4,7 @@
 
 use npu_runtime::session::{generate_greedy, LoadOptions, Model, Session, SessionOptions};
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
+use specdec::session_target::generate_sampled_plain;
 use specdec::{GenConfig, Generator, Mode, Sampling};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -103,22 +104,6 @@ fn every_mode_matches_greedy_on_smollm2() {
     }
 }
 
-/// Plain sampled decoding: one `decode_step` per token, each drawn by `sampling`.
-fn sample_plain(s: &mut Session, prompt: &[u32], max: usize, sampling: &Sampling) -> Vec<u32> {
-    let mut scratch = Vec::new();
-    let mut tok = sampling.pick(s.prefill(prompt, 0).unwrap().logits, 0, &mut scratch);
-    let mut out = Vec::new();
-    while out.len() < max && !s.model().is_eog(tok) {
-        out.push(tok);
-        if out.len() == max {
-            break;
-        }
-        let logits = s.decode_step(tok).unwrap();
-        tok = sampling.pick(logits, out.len(), &mut scratch);
-    }
-    out
-}
-
 #[test]
 fn sampled_speculation_matches_plain_sampling_on_smollm2() {
     let Some(model) = model() else { return };
@@ -141,7 +126,12 @@ fn sampled_speculation_matches_plain_sampling_on_smollm2() {
         for (t, p, seed) in [(0.7f32, 1.0f32, 1u64), (1.0, 0.9, 2), (0.3, 0.95, 3)] {
             let sampling = Sampling::new(t, p, seed).unwrap();
             s.truncate(0).unwrap();
-            let want = sample_plain(&mut s, prompt, max_tokens, &sampling);
+            let mut want = Vec::new();
+            generate_sampled_plain(&mut s, prompt, max_tokens, &sampling, |t| {
+                want.push(t);
+                true
+            })
+            .unwrap();
             differs_from_greedy |= pi == 0 && want != greedy;
             for (mode, fixed) in [
                 (Mode::None, None),

@@ -1,8 +1,9 @@
 //! `rag-bench specdec`: speculative decoding modes on Spec-Bench / DroidTask prompts.
 //!
-//! Every mode decodes the same prompts greedily on one session; `none` is the
-//! reference both for speed and for output (any difference is a losslessness bug
-//! and is counted as a mismatch). The verify-cost curve comes from the cache
+//! Every mode decodes the same prompts on one session, greedily or (`--temperature`)
+//! sampled with one seed; plain decoding (one decode step per token) is the reference
+//! for output (any difference is a losslessness bug, counted as a mismatch) and `none`
+//! for speed. The verify-cost curve comes from the cache
 //! (`specdec::curve_cache`: same model file, threads, machine and engine build) or is
 //! profiled once on the first prompt, and is shared by all modes.
 
@@ -13,7 +14,7 @@ use rag::engine::Engine;
 use serde_json::json;
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
 use specdec::curve_cache::{self, CurveSource};
-use specdec::{GenConfig, Generator, Metrics, Mode, TokenDb};
+use specdec::{GenConfig, Generator, Metrics, Mode, Sampling, TokenDb};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -103,6 +104,16 @@ pub struct Args {
     /// verification) that every mode's output is compared with, token for token.
     #[arg(long)]
     no_greedy_reference: bool,
+    /// Sample at this temperature (0: greedy). Every mode then draws with the same
+    /// seed, and the reference is plain sampled decoding (one decode step per token).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus of the sampling, in (0, 1].
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Seed of the sampling.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     #[command(flatten)]
     backend: rag_cli::backend_args::BackendArgs,
     /// Print one JSON object instead of the table.
@@ -208,6 +219,16 @@ struct ModeResult {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let sampling = Sampling::new(args.temperature, args.top_p, args.seed)
+        .map_err(|e| anyhow::anyhow!("--temperature/--top-p: {e}"))?;
+    let reference_name = if sampling.is_greedy() {
+        "greedy".to_string()
+    } else {
+        format!(
+            "sampled (temperature {}, top-p {}, seed {})",
+            sampling.temperature, sampling.top_p, sampling.seed
+        )
+    };
     let modes: Vec<Mode> = if args.ablation {
         vec![
             Mode::None,
@@ -376,12 +397,16 @@ pub fn run(args: Args) -> Result<()> {
         if !args.no_greedy_reference {
             session.truncate(0)?;
             let (out, st) = session
-                .generate_greedy(prompt, args.max_tokens)
-                .with_context(|| format!("greedy reference, prompt {}", ids[i]))?;
+                .generate_plain(prompt, args.max_tokens, &sampling)
+                .with_context(|| format!("{reference_name} reference, prompt {}", ids[i]))?;
             if !args.json {
                 eprintln!(
                     "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  prefill {:5.0} ms",
-                    "greedy",
+                    if sampling.is_greedy() {
+                        "greedy"
+                    } else {
+                        "sampled"
+                    },
                     ids[i],
                     out.len(),
                     st.decode_ms / st.generated.saturating_sub(1).max(1) as f64,
@@ -408,7 +433,14 @@ pub fn run(args: Args) -> Result<()> {
             }
             session.truncate(0)?;
             let (out, m) = gen
-                .generate(&mut *session, prompt, args.max_tokens, &mut |_| {})
+                .generate_sampled(
+                    &mut *session,
+                    prompt,
+                    args.max_tokens,
+                    &sampling,
+                    &mut |_| {},
+                    &|| false,
+                )
                 .with_context(|| format!("mode {} prompt {}", mode.name(), ids[i]))?;
             if let Some(d) = dbs[k].as_mut().filter(|_| !args.no_conversation_db) {
                 // A finished answer joins the database, like the assistant's
@@ -503,23 +535,23 @@ pub fn run(args: Args) -> Result<()> {
     table.push_str(&format!(
         "Backend {backend_tag}. Mismatches = prompts whose output differs from {} (tokens that differ).\n\n",
         if has_greedy {
-            "plain greedy decoding (one decode step per token)"
+            format!("plain {reference_name} decoding (one decode step per token)")
         } else {
-            "mode `none`"
+            "mode `none`".to_string()
         }
     ));
     if has_greedy {
         let m = &greedy.metrics;
         table.push_str(&format!(
-            "Plain greedy decoding: {:.2} tok/s, {:.1} ms/token, prefill {:.0} ms per prompt; \
+            "Plain {reference_name} decoding: {:.2} tok/s, {:.1} ms/token, prefill {:.0} ms per prompt; \
              speed-ups below are over {}.\n\n",
             m.decode_tok_s(),
             m.ms_per_token(),
             m.prefill_ms / m.runs.max(1) as f64,
             if std::ptr::eq(base, &greedy) {
-                "plain greedy decoding"
+                format!("plain {reference_name} decoding")
             } else {
-                "mode `none`"
+                "mode `none`".to_string()
             }
         ));
     }
@@ -687,6 +719,12 @@ pub fn run(args: Args) -> Result<()> {
             "cost_curve_ms": curve.sizes.iter().zip(&curve.ms).map(|(n, ms)| json!([n, ms])).collect::<Vec<_>>(),
             "cost_curve_source": source.to_string(),
             "backend": backend_tag,
+            "sampling": {
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "seed": sampling.seed,
+            },
+            // Plain decoding, greedy or sampled as `sampling` says.
             "greedy_reference": has_greedy.then(|| json!({
                 "decode_tok_s": greedy.metrics.decode_tok_s(),
                 "ms_per_token": greedy.metrics.ms_per_token(),

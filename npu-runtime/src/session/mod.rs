@@ -721,10 +721,41 @@ pub fn generate_greedy<B: Backend>(
     session: &mut Session<B>,
     prompt: &[u32],
     max_tokens: usize,
-    mut on_token: impl FnMut(u32) -> bool,
+    on_token: impl FnMut(u32) -> bool,
 ) -> Result<GenerationStats> {
     let t0 = Instant::now();
-    let mut tok = argmax(session.prefill(prompt, 0)?.logits);
+    let first = argmax(session.prefill(prompt, 0)?.logits);
+    // The argmax-only head: no full logit rows are written.
+    let step = |s: &mut Session<B>, tok: u32, _: usize| s.decode_step_argmax(tok);
+    decode_loop(session, prompt.len(), t0, first, max_tokens, step, on_token)
+}
+
+/// [`generate_greedy`] choosing each token with `pick(logits, i)`, `i` the token's index
+/// among the generated ones (0: the one after the prompt): plain sampled decoding.
+pub fn generate_picked<B: Backend>(
+    session: &mut Session<B>,
+    prompt: &[u32],
+    max_tokens: usize,
+    mut pick: impl FnMut(&[f32], usize) -> u32,
+    on_token: impl FnMut(u32) -> bool,
+) -> Result<GenerationStats> {
+    let t0 = Instant::now();
+    let first = pick(session.prefill(prompt, 0)?.logits, 0);
+    let step = |s: &mut Session<B>, tok: u32, i: usize| Ok(pick(s.decode_step(tok)?, i));
+    decode_loop(session, prompt.len(), t0, first, max_tokens, step, on_token)
+}
+
+/// The decode loop after a prefill that began at `t0` and chose `tok`: `step(session,
+/// tok, i)` feeds `tok` back and chooses generated token `i`.
+fn decode_loop<B: Backend>(
+    session: &mut Session<B>,
+    prompt_tokens: usize,
+    t0: Instant,
+    mut tok: u32,
+    max_tokens: usize,
+    mut step: impl FnMut(&mut Session<B>, u32, usize) -> Result<u32>,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Result<GenerationStats> {
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
     let mut generated = 0;
@@ -746,12 +777,12 @@ pub fn generate_greedy<B: Backend>(
         if session.kv.free() == 0 {
             break StopReason::ContextFull;
         }
-        tok = session.decode_step_argmax(tok)?;
+        tok = step(session, tok, generated)?;
         steps += 1;
     };
     let decode_s = t1.elapsed().as_secs_f64();
     Ok(GenerationStats {
-        prompt_tokens: prompt.len(),
+        prompt_tokens,
         generated,
         prefill_ms,
         decode_ms: decode_s * 1e3,
