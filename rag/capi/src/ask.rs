@@ -3,7 +3,7 @@
 
 use crate::guard::{arg, contain, free_c_string, owned_c_string};
 use crate::handle::{handle, RagAssistant};
-use rag::assistant::{Answer, AskOptions};
+use rag::assistant::{Answer, AskOptions, Sampling};
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -18,9 +18,16 @@ pub struct RagAskOptions {
     pub context_tokens: usize,
     /// Most tokens generated.
     pub max_tokens: usize,
+    /// 0: greedy decoding. In (0, 2]: sampled at this temperature, reproducibly for a
+    /// given `seed` (speculation does not change a sampled answer).
+    pub temperature: f32,
+    /// Nucleus of the sampling, in (0, 1].
+    pub top_p: f32,
+    pub seed: u64,
 }
 
-/// The defaults: 5 passages, 1024 source tokens, 256 generated tokens.
+/// The defaults: 5 passages, 1024 source tokens, 256 generated tokens, greedy (top-p 1,
+/// seed 0).
 #[no_mangle]
 pub extern "C" fn rag_ask_options_default() -> RagAskOptions {
     let d = AskOptions::default();
@@ -28,6 +35,9 @@ pub extern "C" fn rag_ask_options_default() -> RagAskOptions {
         top_k: d.top_k,
         context_tokens: d.context_tokens,
         max_tokens: d.max_tokens,
+        temperature: d.sampling.temperature,
+        top_p: d.sampling.top_p,
+        seed: d.sampling.seed,
     }
 }
 
@@ -151,17 +161,23 @@ pub(crate) fn answer_to_c(a: Answer) -> *mut RagAnswer {
     }))
 }
 
-pub(crate) fn ask_options(opts: *const RagAskOptions) -> AskOptions {
+pub(crate) fn ask_options(opts: *const RagAskOptions) -> anyhow::Result<AskOptions> {
     // SAFETY: NULL or a valid options struct (the caller's contract).
     let o = unsafe { opts.as_ref() }
         .copied()
         .unwrap_or_else(|| rag_ask_options_default());
-    AskOptions {
+    anyhow::ensure!(
+        o.temperature <= 2.0,
+        "temperature {} is over 2",
+        o.temperature
+    );
+    Ok(AskOptions {
         top_k: o.top_k,
         context_tokens: o.context_tokens,
         max_tokens: o.max_tokens,
+        sampling: Sampling::new(o.temperature, o.top_p, o.seed)?,
         ..AskOptions::default()
-    }
+    })
 }
 
 /// Retrieves passages for `question`, prompts the model with them as numbered sources and
@@ -188,7 +204,7 @@ pub unsafe extern "C" fn rag_ask(
         let a = handle(assistant)?;
         let question = arg(question, "question")?;
         let mut stream = Stream::new(on_text, user_data, cancel);
-        let answer = a.ask(question, &ask_options(opts), &mut |p| stream.push(p))?;
+        let answer = a.ask(question, &ask_options(opts)?, &mut |p| stream.push(p))?;
         Ok(answer_to_c(answer))
     })
 }
@@ -223,7 +239,7 @@ pub unsafe extern "C" fn rag_ask_with_context(
         };
         let mut stream = Stream::new(on_text, user_data, cancel);
         let answer =
-            a.ask_with_context(question, context, system, &ask_options(opts), &mut |p| {
+            a.ask_with_context(question, context, system, &ask_options(opts)?, &mut |p| {
                 stream.push(p)
             })?;
         Ok(answer_to_c(answer))

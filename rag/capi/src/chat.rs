@@ -64,7 +64,7 @@ pub unsafe extern "C" fn rag_chat(
         let a = handle(assistant)?;
         let messages = self::messages(messages, n_messages)?;
         let mut stream = Stream::new(on_text, user_data, cancel);
-        let answer = a.chat(&messages, retrieve, &ask_options(opts), &mut |p| {
+        let answer = a.chat(&messages, retrieve, &ask_options(opts)?, &mut |p| {
             stream.push(p)
         })?;
         Ok(answer_to_c(answer))
