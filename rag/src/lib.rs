@@ -17,6 +17,7 @@ pub mod embed_api;
 pub mod engine;
 pub mod hybrid;
 pub mod index;
+pub mod index_files;
 pub mod models;
 pub mod prompt;
 pub mod prompt_head;
