@@ -135,13 +135,16 @@ proptest! {
     }
 }
 
+/// Which file of an index a case damages.
+type FileOf = Box<dyn Fn(&Path) -> PathBuf>;
+
 /// The damages a user meets most (a store cut short, another file's bytes over it, a
 /// text-index file cut short) are recognized and named.
 #[test]
 fn recognized_damage_names_the_rebuild() {
     let dir = tempfile::tempdir().unwrap();
     let idx = dir.path().join("idx");
-    let cases: Vec<(Box<dyn Fn(&Path) -> PathBuf>, Damage)> = vec![
+    let cases: Vec<(FileOf, Damage)> = vec![
         (Box::new(|i| i.join("store.sqlite")), Damage::Truncate(0.1)),
         (
             Box::new(|i| i.join("store.sqlite")),
