@@ -139,7 +139,7 @@ proptest! {
 type FileOf = Box<dyn Fn(&Path) -> PathBuf>;
 
 /// The damages a user meets most (a store cut short, another file's bytes over it, a
-/// text-index file cut short) are recognized and named.
+/// text-index file cut short) and one that made tantivy panic are recognized and named.
 #[test]
 fn recognized_damage_names_the_rebuild() {
     let dir = tempfile::tempdir().unwrap();
@@ -162,6 +162,16 @@ fn recognized_damage_names_the_rebuild() {
                     .unwrap()
             }),
             Damage::Truncate(0.5),
+        ),
+        // Made tantivy panic (a slice past the end) before bm25_guard.rs.
+        (
+            Box::new(|i| {
+                files(i)
+                    .into_iter()
+                    .find(|p| p.extension().is_some_and(|e| e == "fast"))
+                    .unwrap()
+            }),
+            Damage::Overwrite(vec![0, 0, 0, 0, 1]),
         ),
     ];
     for (file, d) in cases {

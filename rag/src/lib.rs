@@ -12,6 +12,7 @@
 pub mod ann;
 pub mod assistant;
 pub mod bm25;
+mod bm25_guard;
 pub mod embed;
 pub mod embed_api;
 pub mod engine;
