@@ -45,6 +45,10 @@ pub struct Args {
     /// List every skipped file, not only the first ones.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Start over: remove the index (store, text and vector indexes) and index the folders
+    /// again, those named or else those it remembers. What a damaged index needs.
+    #[arg(long)]
+    pub rebuild: bool,
 }
 
 /// The indexing options these flags describe.
@@ -73,11 +77,16 @@ pub fn run(a: Args) -> Result<()> {
         exit::require_index(&index_dir, "")?;
     }
     let embedder = load_embedder(a.no_dense)?;
-    let index = Index::open(&index_dir, embedder)?;
-    let dirs = if resync {
-        remembered_folders(&index)?
+    let rebuilt = if a.rebuild {
+        Some(remove_for_rebuild(&index_dir, &a.dirs)?)
     } else {
-        a.dirs.clone()
+        None
+    };
+    let index = Index::open(&index_dir, embedder)?;
+    let dirs = match rebuilt {
+        Some(dirs) => dirs,
+        None if resync => remembered_folders(&index)?,
+        None => a.dirs.clone(),
     };
     let bar = progress_bar();
     let on_progress = |p: IndexProgress| update_bar(&bar, &p);
@@ -91,6 +100,26 @@ pub fn run(a: Args) -> Result<()> {
         eprint!("{}", skipped_table(&summary.skipped_files, limit));
     }
     Ok(())
+}
+
+/// Removes the index at `index_dir` and returns the folders to index again: `dirs`, or else
+/// the ones the index remembers (which needs its store to be readable).
+fn remove_for_rebuild(index_dir: &Path, dirs: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let dirs = if dirs.is_empty() {
+        let old = Index::open(index_dir, None).map_err(|e| {
+            exit::usage(format!(
+                "{e:#}\nthe folders it was built from cannot be read: name them \
+                 (`rag index --rebuild DIR...`)"
+            ))
+        })?;
+        remembered_folders(&old)?
+    } else {
+        dirs.to_vec()
+    };
+    if index_dir.exists() {
+        rag::index_files::remove_index_files(index_dir)?;
+    }
+    Ok(dirs)
 }
 
 /// The folders the index was built from that still exist. A missing one (an unmounted

@@ -424,4 +424,37 @@ mod tests {
             assert!(parse(&junk, key).is_none());
         }
     }
+
+    proptest::proptest! {
+        /// Truncated, bit-flipped and extended images (also with a recomputed header
+        /// checksum, which reaches the entry parsing) never panic, and whatever parses lies
+        /// inside the image and on the alignment. Counts: proptest's default, or
+        /// `PROPTEST_CASES` (docs/fuzzing.md).
+        #[test]
+        fn damaged_images_never_panic(
+            edits in proptest::collection::vec((0.0f64..1.0, 1u8..=255), 0..6),
+            keep in 0.0f64..1.0,
+            extra in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            reseal in proptest::prelude::any::<bool>(),
+        ) {
+            let (mut b, key) = image();
+            let header = 8 + 32 + 4 + 2 + 3 + 4 + 32;
+            for (pos, x) in edits {
+                b[(pos * header as f64) as usize] ^= x;
+            }
+            if reseal {
+                let mut h = Fnv1a::default();
+                h.write(&b[..header]);
+                b[header..header + 8].copy_from_slice(&h.0.to_le_bytes());
+            }
+            b.truncate(((keep * b.len() as f64) as usize).max(header + 8).min(b.len()));
+            b.extend_from_slice(&extra);
+            if let Some(entries) = parse(&b, key) {
+                for e in entries.values() {
+                    proptest::prop_assert!(e.offset.is_multiple_of(ALIGN));
+                    proptest::prop_assert!(e.offset + e.len <= b.len() as u64);
+                }
+            }
+        }
+    }
 }

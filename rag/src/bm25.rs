@@ -2,6 +2,7 @@
 //! carries the store generation it reflects as its payload, so a writer that finds a
 //! mismatch (a crash between the two commits) rebuilds the whole text index from SQLite.
 
+use crate::bm25_guard::guarded;
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::Mutex;
@@ -59,11 +60,13 @@ impl Bm25 {
             .filter(Stemmer::new(Language::English))
             .build();
         index.tokenizers().register(TOKENIZER, analyzer);
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()
-            .context("opening tantivy reader")?;
+        let reader = guarded("opening tantivy reader", || {
+            index
+                .reader_builder()
+                .reload_policy(ReloadPolicy::Manual)
+                .try_into()
+                .context("opening tantivy reader")
+        })?;
         let s = index.schema();
         Ok(Bm25 {
             f_id: s.get_field("chunk_id")?,
@@ -153,13 +156,21 @@ impl Bm25 {
     }
 
     pub fn num_docs(&self) -> Result<u64> {
-        self.reader.reload()?;
-        Ok(self.reader.searcher().num_docs())
+        guarded("counting the text index", || {
+            self.reader.reload()?;
+            Ok(self.reader.searcher().num_docs())
+        })
     }
 
     /// Top `k` chunk ids with BM25 scores. Query syntax is neutralised: user text is a bag
     /// of words (OR), with heading and file-name matches boosted.
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
+        guarded("searching the text index", || {
+            self.search_unguarded(query, k)
+        })
+    }
+
+    fn search_unguarded(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
         self.reader.reload()?;
         let searcher = self.reader.searcher();
         let cleaned: String = query

@@ -300,8 +300,16 @@ impl Index {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating index dir {}", dir.display()))?;
         let dir = dir.canonicalize()?;
-        let conn = store::open(&dir.join("store.sqlite"))?;
-        let bm25 = Bm25::open(&dir.join("bm25"))?;
+        let damaged = |e: anyhow::Error| {
+            if crate::index_files::is_damaged(&e) {
+                let hint = crate::index_files::REBUILD_HINT;
+                e.context(format!("the index at {} is damaged: {hint}", dir.display()))
+            } else {
+                e
+            }
+        };
+        let conn = store::open(&dir.join("store.sqlite")).map_err(damaged)?;
+        let bm25 = Bm25::open(&dir.join("bm25")).map_err(damaged)?;
         let idx = Index {
             dir,
             db: Mutex::new(conn),

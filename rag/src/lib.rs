@@ -12,11 +12,13 @@
 pub mod ann;
 pub mod assistant;
 pub mod bm25;
+mod bm25_guard;
 pub mod embed;
 pub mod embed_api;
 pub mod engine;
 pub mod hybrid;
 pub mod index;
+pub mod index_files;
 pub mod models;
 pub mod prompt;
 pub mod prompt_head;
