@@ -96,6 +96,16 @@ typedef struct RagAskOptions {
    * Most tokens generated.
    */
   size_t max_tokens;
+  /**
+   * 0: greedy decoding. In (0, 2]: sampled at this temperature, reproducibly for a
+   * given `seed` (speculation does not change a sampled answer).
+   */
+  float temperature;
+  /**
+   * Nucleus of the sampling, in (0, 1].
+   */
+  float top_p;
+  uint64_t seed;
 } RagAskOptions;
 
 /**
@@ -269,7 +279,8 @@ struct RagHits *rag_search(const struct RagAssistant *assistant,
 void rag_hits_free(struct RagHits *hits);
 
 /**
- * The defaults: 5 passages, 1024 source tokens, 256 generated tokens.
+ * The defaults: 5 passages, 1024 source tokens, 256 generated tokens, greedy (top-p 1,
+ * seed 0).
  */
 struct RagAskOptions rag_ask_options_default(void);
 

@@ -240,6 +240,49 @@ fn ask_with_context_answers_over_the_screen_without_sources() {
         .ask_with_context(question, "", None, &ask, &mut |_| true)
         .unwrap();
     assert!(prompt_tokens > bare.prompt_tokens + 20);
+
+    // Sampling through the ABI: the Rust API's answer for the same seed; bad values are
+    // errors, not answers.
+    let sampled = |temperature: f32| {
+        let mut opts = rag_ask_options_default();
+        opts.max_tokens = 16;
+        opts.temperature = temperature;
+        opts.seed = 7;
+        let mut error = null_mut();
+        let answer = unsafe {
+            rag_ask_with_context(
+                a,
+                q.as_ptr(),
+                s.as_ptr(),
+                sys.as_ptr(),
+                &opts,
+                None,
+                null_mut(),
+                null(),
+                &mut error,
+            )
+        };
+        if answer.is_null() {
+            return Err(message(error));
+        }
+        let text = unsafe { CStr::from_ptr((*answer).text) }
+            .to_str()
+            .unwrap()
+            .to_owned();
+        unsafe { rag_answer_free(answer) };
+        Ok(text)
+    };
+    let ask = rag::assistant::AskOptions {
+        max_tokens: 16,
+        sampling: rag::assistant::Sampling::new(1.2, 1.0, 7).unwrap(),
+        ..Default::default()
+    };
+    let want = rust
+        .ask_with_context(question, screen, Some(system), &ask, &mut |_| true)
+        .unwrap();
+    assert_eq!(sampled(1.2).unwrap(), want.answer);
+    assert!(sampled(3.0).unwrap_err().contains("temperature"));
+    assert!(sampled(-1.0).unwrap_err().contains("temperature"));
     unsafe { rag_close(a) };
 }
 
