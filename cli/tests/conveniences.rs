@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use support::{run_ok, sample_corpus};
+use support::{model_available, run_ok, sample_corpus};
 
 /// `rag` with no config file or index directory from the environment of whoever runs
 /// the tests (an empty `RAG_CONFIG`).
@@ -347,14 +347,6 @@ fn model_rm_deletes_the_model_and_its_repacked_weights() {
         .rag(&["model", "rm", "no-such-model"])
         .env("RAG_MODEL_DIR", &cache));
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-}
-
-fn model_available() -> bool {
-    let present = rag::models::resolve("smollm2-135m").is_ok();
-    if !present && std::env::var_os("RAG_SKIP_MODEL_TESTS").is_none() {
-        panic!("smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m");
-    }
-    present
 }
 
 /// `rag ask` arguments over the scratch index with the small model.
