@@ -11,6 +11,8 @@
 //! target's tempered, top-p-truncated softmax: speculation stays lossless.
 
 use crate::SpecError;
+/// The runtime's greedy rule: the largest logit, ties to the lowest id, NaN never wins.
+pub use npu_runtime::session::argmax;
 
 /// Logits more than this many tempered units below the best get weight 0 (their
 /// total mass is below `vocab * e^-40`, far under f32 resolution of any probability
@@ -133,20 +135,6 @@ impl Sampling {
         // Rounding left the draw past the last weight: the last candidate.
         scratch.last().map_or(best, |&(_, id)| id)
     }
-}
-
-/// Index of the largest logit, ties to the lowest id, NaN never wins (the runtime's
-/// greedy rule).
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &x) in logits.iter().enumerate() {
-        if x > best_v {
-            best = i;
-            best_v = x;
-        }
-    }
-    best as u32
 }
 
 fn splitmix64(mut z: u64) -> u64 {
