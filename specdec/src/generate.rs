@@ -338,7 +338,7 @@ impl Generator {
             let rows = self.flat.len();
             if sampled {
                 target.verify_logits(&self.flat, &mut self.logits)?;
-                if rows == 0 || !self.logits.len().is_multiple_of(rows) {
+                if rows == 0 || self.logits.is_empty() || !self.logits.len().is_multiple_of(rows) {
                     return Err(SpecError::Target(format!(
                         "verify returned {} logits for {rows} rows",
                         self.logits.len()
