@@ -163,6 +163,10 @@ fn budgets_decide_whether_anything_switches() {
     // A profile of another layout is refused.
     let mut other = profile.clone();
     other.chunk_tokens = 64;
+    assert!(s.profile_fits(&profile) && !s.profile_fits(&other));
+    let mut fewer = profile.clone();
+    fewer.blocks.pop();
+    assert!(!s.profile_fits(&fewer));
     assert!(s
         .enable_switching(Some(Switching {
             profile: other,

@@ -208,9 +208,14 @@ pub fn enable_switching<B: Backend>(session: &mut Session<B>, budget_mb: u64) ->
         format!("{layout}-kv{}", o.kv_capacity)
     };
     let path = cache_path(&cache_dir(), &label, backend, &machine, o.prefill_chunk);
-    let profile = match Profile::load(&path) {
-        Ok(p) => p,
-        Err(_) => {
+    // A cached profile of another layout (a file edited or written by another build) is
+    // measured again, like an unreadable one.
+    let cached = Profile::load(&path)
+        .ok()
+        .filter(|p| session.profile_fits(p));
+    let profile = match cached {
+        Some(p) => p,
+        None => {
             let t0 = std::time::Instant::now();
             let p = session
                 .profile_forms(&label, &machine, WARMUP_REPS)

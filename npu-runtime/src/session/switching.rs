@@ -533,6 +533,14 @@ impl<B: Backend> Session<B> {
         profile
     }
 
+    /// Whether `p` describes this session's layout: its blocks, prefill chunk and decode
+    /// graph rows (a cached profile of another layout must be measured again).
+    pub fn profile_fits(&self, p: &Profile) -> bool {
+        p.n_blocks() == self.n_blocks()
+            && p.chunk_tokens == self.opts.prefill_chunk
+            && p.g2_tokens == self.opts.max_verify
+    }
+
     /// Turns progressive switching on (`None`: off, every graph resident). With a budget
     /// that holds both forms of every block nothing ever switches; one that holds less than
     /// one form of each is an error.
@@ -544,10 +552,7 @@ impl<B: Backend> Session<B> {
         self.require_two_forms()?;
         let p = &config.profile;
         let labels = self.block_labels();
-        if p.n_blocks() != labels.len()
-            || p.chunk_tokens != self.opts.prefill_chunk
-            || p.g2_tokens != self.opts.max_verify
-        {
+        if !self.profile_fits(p) {
             return Err(RuntimeError::InvalidInput(format!(
                 "profile of {} blocks x {} tokens (G2 {}) does not describe this session's {} \
                  blocks x {} tokens (G2 {})",
