@@ -1,8 +1,10 @@
 //! Masked multi-head attention over the KV cache (GQA), batch-invariant.
 //!
-//! A batch of new tokens has been written to KV slots `n_past..n_past + n`. New token `i`
-//! attends every committed slot `[0, n_past)` and the new slots of its ancestor set (itself
-//! included): all earlier tokens for a causal chunk, the tree path for verification.
+//! A batch of new tokens has been written to KV slots `n_past + held..n_past + held + n`
+//! (`held`: scratch rows earlier batches left in place, the branch tails of multi-sequence
+//! decoding; usually 0). New token `i` attends every committed slot `[0, n_past)` and the
+//! scratch slots of its ancestor set (itself included): all earlier tokens for a causal
+//! chunk, the tree path for verification, its own branch's tail for a branch.
 //!
 //! Batch invariance: a query's result depends only on the *sequence of key slots* it
 //! attends, visited in slot order, with a fixed reduction order (scores, then max, then
@@ -19,14 +21,38 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// Per-batch mask and positions, preplanned for up to `max_tokens` rows.
+///
+/// Offsets count KV slots after the committed ones (slot `n_past + offset`). A batch's
+/// rows sit after `held` scratch rows that earlier batches left in place (the branch
+/// tails of multi-sequence decoding; 0 otherwise), so row i writes slot offset
+/// `held + i`.
 pub struct BatchMask {
     max_tokens: usize,
     n_valid: usize,
-    /// `anc[i * max_tokens .. + anc_len[i]]`: batch indices visible to row i, ascending.
-    anc: Vec<u16>,
-    anc_len: Vec<usize>,
-    /// Depth-1 of each row (0 for children of the last committed token).
+    held: usize,
+    /// `vis[start[i]..start[i + 1]]`: the offsets visible to row i, ascending, ending with
+    /// its own `held + i`.
+    vis: Vec<u16>,
+    start: Vec<usize>,
+    /// Position of each row after the committed context (0 for children of the last
+    /// committed token).
     depth: Vec<usize>,
+}
+
+/// Where a batch row with no parent in its batch continues: after the held rows
+/// `held_visible` (ascending offsets `< held`), at position `n_past + depth`.
+#[derive(Clone, Copy, Debug)]
+pub struct TreeRoot<'a> {
+    pub held_visible: &'a [u16],
+    pub depth: usize,
+}
+
+impl TreeRoot<'_> {
+    /// A child of the last committed token.
+    pub const COMMITTED: TreeRoot<'static> = TreeRoot {
+        held_visible: &[],
+        depth: 0,
+    };
 }
 
 impl BatchMask {
@@ -34,8 +60,9 @@ impl BatchMask {
         BatchMask {
             max_tokens,
             n_valid: 0,
-            anc: vec![0; max_tokens * max_tokens],
-            anc_len: vec![0; max_tokens],
+            held: 0,
+            vis: Vec::with_capacity(max_tokens * max_tokens),
+            start: vec![0; max_tokens + 1],
             depth: vec![0; max_tokens],
         }
     }
@@ -44,67 +71,103 @@ impl BatchMask {
         self.n_valid
     }
 
+    /// Scratch rows kept from earlier batches before this batch's rows.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
     /// Offset of row `i` from `n_past` in positions.
     pub fn depth(&self, i: usize) -> usize {
         self.depth[i]
     }
 
-    /// Batch indices visible to row `i` (ascending, ending with `i`).
+    /// Offsets from `n_past` of the slots visible to row `i` (ascending, ending with
+    /// `held + i`). Without held rows these are the batch indices of its ancestors.
     pub fn visible(&self, i: usize) -> &[u16] {
-        &self.anc[i * self.max_tokens..i * self.max_tokens + self.anc_len[i]]
+        &self.vis[self.start[i]..self.start[i + 1]]
     }
 
     /// Plain causal chunk of `n` tokens.
     pub fn set_causal(&mut self, n: usize) -> Result<()> {
-        self.check_len(n)?;
+        self.check_len(n, 0)?;
         self.n_valid = n;
+        self.held = 0;
+        self.vis.clear();
         for i in 0..n {
-            let row = &mut self.anc[i * self.max_tokens..];
-            for (j, a) in row.iter_mut().take(i + 1).enumerate() {
-                *a = j as u16;
-            }
-            self.anc_len[i] = i + 1;
+            self.start[i] = self.vis.len();
+            self.vis.extend(0..=i as u16);
             self.depth[i] = i;
         }
+        self.start[n] = self.vis.len();
         Ok(())
     }
 
     /// Tree batch: `parents[i] = -1` for children of the last committed token, else the
     /// index (< i) of the parent in this batch.
     pub fn set_tree(&mut self, parents: &[i32]) -> Result<()> {
+        self.set_tree_after_held(0, parents, |_| TreeRoot::COMMITTED)
+    }
+
+    /// Tree batch after `held` scratch rows: a row with `parents[i] = -1` continues
+    /// `root(i)` (it sees those held rows, then itself); any other row sees what its
+    /// parent (an earlier batch index) sees, then itself.
+    pub fn set_tree_after_held<'r>(
+        &mut self,
+        held: usize,
+        parents: &[i32],
+        root: impl Fn(usize) -> TreeRoot<'r>,
+    ) -> Result<()> {
         let n = parents.len();
-        self.check_len(n)?;
+        self.check_len(n, held)?;
         for (i, &p) in parents.iter().enumerate() {
             if p < -1 || p >= i as i32 {
                 return Err(RuntimeError::InvalidInput(format!(
                     "parents[{i}] = {p}: must be -1 or an earlier batch index"
                 )));
             }
+            if p < 0 {
+                let r = root(i);
+                let ascending = r.held_visible.windows(2).all(|w| w[0] < w[1]);
+                if !ascending || r.held_visible.last().is_some_and(|&h| h as usize >= held) {
+                    return Err(RuntimeError::InvalidInput(format!(
+                        "row {i}: held rows {:?} must be ascending offsets below {held}",
+                        r.held_visible
+                    )));
+                }
+            }
         }
         self.n_valid = n;
-        let m = self.max_tokens;
+        self.held = held;
+        self.vis.clear();
         for (i, &p) in parents.iter().enumerate() {
-            let len = if p < 0 {
-                self.depth[i] = 0;
-                0
+            self.start[i] = self.vis.len();
+            if p < 0 {
+                let r = root(i);
+                self.depth[i] = r.depth;
+                self.vis.extend_from_slice(r.held_visible);
             } else {
                 let p = p as usize;
                 self.depth[i] = self.depth[p] + 1;
-                let plen = self.anc_len[p];
-                self.anc.copy_within(p * m..p * m + plen, i * m);
-                plen
-            };
-            self.anc[i * m + len] = i as u16;
-            self.anc_len[i] = len + 1;
+                self.vis
+                    .extend_from_within(self.start[p]..self.start[p + 1]);
+            }
+            self.vis.push((held + i) as u16);
         }
+        self.start[n] = self.vis.len();
         Ok(())
     }
 
-    fn check_len(&self, n: usize) -> Result<()> {
+    fn check_len(&self, n: usize, held: usize) -> Result<()> {
         if n == 0 || n > self.max_tokens {
             return Err(RuntimeError::InvalidInput(format!(
                 "batch of {n} tokens: must be 1..={}",
                 self.max_tokens
+            )));
+        }
+        if held + n > u16::MAX as usize {
+            return Err(RuntimeError::Capacity(format!(
+                "{held} held rows and a batch of {n} exceed {} scratch rows",
+                u16::MAX
             )));
         }
         Ok(())
@@ -161,7 +224,7 @@ impl AttnScratch {
 pub type TaskRunner<'a> = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + 'a;
 
 /// Attention for the first `mask.n_valid()` rows of `q` (`[T][n_head * head_dim]`, RoPE
-/// applied). `kv` (tiled K, V per KV head) holds slots `[0, n_past + n_valid)` of one
+/// applied). `kv` (tiled K, V per KV head) holds slots `[0, n_past + held + n_valid)` of one
 /// layer. Output rows go to `out` (f32 bits in atomics so tasks can write disjoint rows
 /// without `unsafe`). `run` executes `n` tasks, possibly in parallel.
 ///
@@ -210,8 +273,11 @@ fn attend<T: KvElem>(
     } = dims;
     let group = n_head / n_head_kv;
     let n = mask.n_valid();
+    let held = mask.held();
     assert!(
-        group <= scratch.group && hd <= scratch.head_dim && n_past + n <= scratch.kv_capacity,
+        group <= scratch.group
+            && hd <= scratch.head_dim
+            && n_past + held + n <= scratch.kv_capacity,
         "attention: scratch planned for a smaller group, head or KV capacity"
     );
     if n == 0 {
@@ -239,7 +305,7 @@ fn attend<T: KvElem>(
     let n_tasks = scratch.slots.len().min(n_items);
     let scale = 1.0 / (hd as f32).sqrt();
     // Score row stride: every slot up to the batch's last new key.
-    let stride = n_past + n;
+    let stride = n_past + held + n;
     let v = kv.v;
     let task = |t: usize| {
         let mut guard = scratch.slots[t].lock().unwrap_or_else(|e| e.into_inner());
@@ -280,16 +346,18 @@ fn attend<T: KvElem>(
             let acc = &mut acc[..nq * hd];
             // This KV head's V rows, `hd` apart.
             let vh = &v[g * kv.v_head_stride..];
-            // Every query of the item against slots [0, n_past + i1): token ti's visible
-            // new keys are slots up to n_past + ti. Then each token's visible new keys
+            // Every query of the item against slots [0, n_past + held + i1): token ti's
+            // visible new keys are slots up to n_past + held + ti (held rows of other
+            // branches are scored and then dropped). Then each token's visible new keys
             // are moved to follow the committed ones (visible[idx] >= idx, ascending).
             let kt = &kv.k_tiles[g * kv.head_stride..];
-            scores_tiled_with_isa(isa, qs, hd, kt, n_past + i1, scores, stride, vh);
+            let n_scored = n_past + held + i1;
+            scores_tiled_with_isa(isa, qs, hd, kt, n_scored, scores, stride, vh);
             for ti in i0..i1 {
                 let a0 = (ti - i0) * nh;
                 let vis = mask.visible(ti);
                 for a in a0..a0 + nh {
-                    let row = &mut scores[a * stride + n_past..][..i1];
+                    let row = &mut scores[a * stride + n_past..][..held + i1];
                     for (idx, &b) in vis.iter().enumerate() {
                         row[idx] = row[b as usize];
                     }
@@ -749,6 +817,32 @@ mod tests {
         assert!(m.set_tree(&[-2]).is_err());
         assert!(m.set_tree(&[-1; 5]).is_err());
         assert!(m.set_tree(&[]).is_err());
+    }
+
+    #[test]
+    fn rows_after_held_rows_see_their_branch_then_themselves() {
+        let mut m = BatchMask::new(4);
+        let tails: [&[u16]; 3] = [&[0, 3], &[], &[2, 4]];
+        m.set_tree_after_held(5, &[-1, -1, -1, 0], |i| TreeRoot {
+            held_visible: tails[i],
+            depth: tails[i].len(),
+        })
+        .unwrap();
+        assert_eq!(m.held(), 5);
+        assert_eq!(m.visible(0), &[0, 3, 5]);
+        assert_eq!(m.visible(1), &[6]);
+        assert_eq!(m.visible(2), &[2, 4, 7]);
+        assert_eq!(m.visible(3), &[0, 3, 5, 8]);
+        assert_eq!((m.depth(0), m.depth(1), m.depth(3)), (2, 0, 3));
+        let bad = |held_visible: &'static [u16]| TreeRoot {
+            held_visible,
+            depth: 1,
+        };
+        assert!(m.set_tree_after_held(5, &[-1], |_| bad(&[5])).is_err());
+        assert!(m.set_tree_after_held(5, &[-1], |_| bad(&[2, 2])).is_err());
+        // A plain tree afterwards has no held rows.
+        m.set_tree(&[-1, 0]).unwrap();
+        assert_eq!((m.held(), m.visible(1)), (0, &[0u16, 1][..]));
     }
 
     /// Items tile every unit's slices in order, never straddle a unit or a thread's share

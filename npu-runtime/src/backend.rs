@@ -327,9 +327,10 @@ impl CpuBackend {
                 "batch of {n} rows does not fit a graph of {t} tokens"
             )));
         }
-        if io.n_past + n > g.shape.kv_capacity.min(io.kv.capacity()) {
+        let held = io.mask.held();
+        if io.n_past + held + n > g.shape.kv_capacity.min(io.kv.capacity()) {
             return Err(RuntimeError::Capacity(format!(
-                "{} past + {n} new tokens exceed the KV capacity {}",
+                "{} past + {held} held + {n} new tokens exceed the KV capacity {}",
                 io.n_past,
                 g.shape.kv_capacity.min(io.kv.capacity())
             )));
@@ -378,7 +379,7 @@ impl CpuBackend {
                 self.rope.apply(&mut b.k[i * kv_dim..(i + 1) * kv_dim], pos);
                 io.kv.write(
                     layer,
-                    io.n_past + i,
+                    io.n_past + held + i,
                     &b.k[i * kv_dim..(i + 1) * kv_dim],
                     &b.v[i * kv_dim..(i + 1) * kv_dim],
                 );

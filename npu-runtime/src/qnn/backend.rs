@@ -316,6 +316,13 @@ impl Backend for QnnBackend {
         let half = c.head_dim / 2;
         let kv_dim = c.n_head_kv * c.head_dim;
         let n = io.mask.n_valid();
+        if io.mask.held() > 0 {
+            // The graph's inputs hold the committed past only; branch tails would need
+            // their own slot map (multi-sequence decoding runs on the CPU backend).
+            return Err(RuntimeError::Backend(
+                "batches after held scratch rows (multi-sequence decoding) are not supported on QNN".into(),
+            ));
+        }
         let l = g
             .loaded
             .as_mut()

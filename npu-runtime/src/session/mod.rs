@@ -14,7 +14,9 @@ use graphs::ir::{cover_with_shapes, BlockSpec, GraphShape, DECODE_SHAPES};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod branches;
 mod switching;
+pub use branches::{decode_branches, BranchOutput};
 use switching::{Forms, SwitchState};
 pub use switching::{Residency, SwitchReport, Switching};
 
@@ -82,6 +84,9 @@ pub struct Session<B: Backend = CpuBackend> {
     topk: Vec<Vec<(u32, f32)>>,
     last_parents: Vec<i32>,
     last_batch: usize,
+    /// Scratch rows after the committed ones that branch batches keep
+    /// ([`Session::forward_branches`]); any other forward, commit or rollback drops them.
+    held: usize,
     /// Which graph forms are resident ([`Session::enable_switching`]).
     forms: Forms,
     switching: Option<SwitchState>,
@@ -165,6 +170,7 @@ impl<B: Backend> Session<B> {
             topk: Vec::new(),
             last_parents: Vec::with_capacity(opts.max_verify),
             last_batch: 0,
+            held: 0,
             forms: Forms::All,
             switching: None,
             shapes,
@@ -345,6 +351,7 @@ impl<B: Backend> Session<B> {
             ));
         }
         self.check_tokens(tokens)?;
+        self.held = 0;
         self.check_room(tokens.len())?;
         self.last_batch = 0;
         self.topk.truncate(tokens.len());
@@ -458,6 +465,7 @@ impl<B: Backend> Session<B> {
             ))
         })?;
         self.check_tokens(tokens)?;
+        self.held = 0;
         self.check_room(n)?;
         self.ensure_decode_forms()?;
         self.last_batch = 0;
@@ -497,6 +505,7 @@ impl<B: Backend> Session<B> {
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         self.kv.truncate(n)?;
         self.last_batch = 0;
+        self.held = 0;
         Ok(())
     }
 
