@@ -78,6 +78,18 @@ impl Sampling {
         self.temperature == 0.0
     }
 
+    /// The sampling of branch `b` of a multi-sample answer: branch 0 is this sampling
+    /// itself (one sample equals a plain sampled answer), the others get seeds derived
+    /// from this one.
+    pub fn for_branch(&self, b: usize) -> Sampling {
+        let seed = if b == 0 {
+            self.seed
+        } else {
+            splitmix64(self.seed ^ splitmix64(b as u64 ^ 0xB4A2_C4E5_u64))
+        };
+        Sampling { seed, ..*self }
+    }
+
     /// The uniform number in [0, 1) that decides generated index `index`.
     pub fn uniform(&self, index: usize) -> f64 {
         let x = splitmix64(self.seed ^ splitmix64(index as u64 ^ 0x5EED_0F5A_u64));
@@ -147,6 +159,16 @@ fn splitmix64(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn branch_zero_is_the_sampling_itself_and_others_differ() {
+        let s = Sampling::new(0.7, 0.9, 42).unwrap();
+        assert_eq!(s.for_branch(0), s);
+        let seeds: std::collections::HashSet<u64> = (0..16).map(|b| s.for_branch(b).seed).collect();
+        assert_eq!(seeds.len(), 16);
+        assert_eq!(s.for_branch(3).temperature, 0.7);
+        assert_eq!(s.for_branch(3), s.for_branch(3));
+    }
 
     fn s(t: f32, p: f32, seed: u64) -> Sampling {
         Sampling::new(t, p, seed).unwrap()

@@ -5,7 +5,9 @@ use crate::target::{PrefillOut, Target};
 use crate::tree::FlatTree;
 use crate::SpecError;
 use npu_runtime::backend::Backend;
-use npu_runtime::session::{argmax, generate_picked, GenerationStats, Session};
+use npu_runtime::session::{
+    argmax, decode_branches, generate_picked, BranchOutput, GenerationStats, Session,
+};
 
 fn rt(e: impl std::fmt::Display) -> SpecError {
     SpecError::Target(e.to_string())
@@ -129,4 +131,26 @@ pub fn generate_sampled_plain<B: Backend>(
     let mut scratch = Vec::new();
     let pick = |logits: &[f32], i: usize| sampling.pick(logits, i, &mut scratch);
     generate_picked(session, prompt, max_tokens, pick, on_token)
+}
+
+/// `n` samples decoded together after prefilling `prompt` (one forward per step advances
+/// every running branch): branch b is plain sampled decoding under
+/// [`Sampling::for_branch`]`(b)`, token for token. `on_token(b, token)` returning false
+/// stops branch b. The session keeps the prompt committed.
+pub fn generate_samples<B: Backend>(
+    session: &mut Session<B>,
+    prompt: &[u32],
+    n: usize,
+    max_tokens: usize,
+    sampling: &Sampling,
+    on_token: impl FnMut(usize, u32) -> bool,
+) -> npu_runtime::error::Result<(Vec<BranchOutput>, GenerationStats)> {
+    let mut picks: Vec<_> = (0..n)
+        .map(|b| {
+            let s = sampling.for_branch(b);
+            let mut scratch = Vec::new();
+            move |logits: &[f32], i: usize| s.pick(logits, i, &mut scratch)
+        })
+        .collect();
+    decode_branches(session, prompt, max_tokens, &mut picks, on_token)
 }

@@ -234,3 +234,49 @@ fn blocked_topk_prefill_equals_full_logit_rows() {
         }
     }
 }
+
+#[test]
+fn every_sample_equals_plain_sampling_under_its_branch_seed() {
+    let Some(model) = model() else { return };
+    let opts = SessionOptions {
+        kv_capacity: 512,
+        ..Default::default()
+    };
+    let max_tokens = 24;
+    let mut s = Session::new(model, opts).unwrap();
+    for (t, p, seed) in [(0.8f32, 0.95f32, 5u64), (0.0, 1.0, 0)] {
+        let sampling = Sampling::new(t, p, seed).unwrap();
+        let prompt = &prompts()[1];
+        s.truncate(0).unwrap();
+        let (samples, stats) = specdec::session_target::generate_samples(
+            &mut s,
+            prompt,
+            6,
+            max_tokens,
+            &sampling,
+            |_, _| true,
+        )
+        .unwrap();
+        assert_eq!(s.n_past(), prompt.len());
+        assert_eq!(
+            stats.generated,
+            samples.iter().map(|o| o.tokens.len()).sum::<usize>()
+        );
+        for (b, sample) in samples.iter().enumerate() {
+            s.truncate(0).unwrap();
+            let mut want = Vec::new();
+            generate_sampled_plain(&mut s, prompt, max_tokens, &sampling.for_branch(b), |t| {
+                want.push(t);
+                true
+            })
+            .unwrap();
+            assert_eq!(sample.tokens, want, "T {t} branch {b}");
+        }
+        let distinct: std::collections::HashSet<_> = samples.iter().map(|o| &o.tokens).collect();
+        if sampling.is_greedy() {
+            assert_eq!(distinct.len(), 1);
+        } else {
+            assert!(distinct.len() > 1, "branch seeds gave identical samples");
+        }
+    }
+}
