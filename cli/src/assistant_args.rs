@@ -159,7 +159,7 @@ impl AssistantArgs {
                 self.seed.unwrap_or_else(Sampling::fresh_seed),
             )
             .unwrap_or(Sampling::GREEDY),
-            cancel: None,
+            ..AskOptions::default()
         }
     }
 }

@@ -55,6 +55,8 @@ use crate::index::{Hit, Index, IndexOptions, IndexProgress, IndexSummary, Search
 use crate::models;
 use crate::prompt::{self, PromptSource};
 use crate::prompt_head::{self, PromptHead};
+use crate::select::{self, Candidate, Selector, VoteKey};
+use crate::stop::StopMatcher;
 use anyhow::{anyhow, Context, Result};
 /// A message of [`Assistant::chat`] (role `system`, `user` or `assistant`, and its text).
 pub use graphs::chat::ChatMessage;
@@ -178,6 +180,16 @@ pub struct AskOptions {
     /// Greedy by default; a temperature above 0 samples (speculation stays lossless:
     /// the answer equals plain sampled decoding with the same seed, token for token).
     pub sampling: Sampling,
+    /// Answers sampled (in one batched decode, sample b under
+    /// [`Sampling::for_branch`]`(b)`) before `select` keeps one; 1 is a single answer.
+    /// With more than one, the text arrives in one piece once the samples are done.
+    pub samples: usize,
+    pub select: Selector,
+    /// What a vote compares instead of [`crate::select::normalize`]d text.
+    pub vote_key: Option<VoteKey>,
+    /// Stop sequences: an answer (each sample) ends before the first occurrence of any,
+    /// and streamed text never shows part of one.
+    pub stop: Vec<String>,
     pub cancel: Option<CancelToken>,
 }
 
@@ -189,6 +201,10 @@ impl Default for AskOptions {
             context_tokens: DEFAULT_CONTEXT_TOKENS,
             max_tokens: DEFAULT_MAX_TOKENS,
             sampling: Sampling::GREEDY,
+            samples: 1,
+            select: Selector::Vote,
+            vote_key: None,
+            stop: Vec::new(),
             cancel: None,
         }
     }
@@ -271,6 +287,9 @@ pub struct Answer {
     pub speculation: SpecSummary,
     /// Where the block graphs ran (`cpu`, `qnn-htp`).
     pub backend: &'static str,
+    /// With [`AskOptions::samples`] > 1: every sample, the chosen one among them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
 }
 
 /// What [`Assistant::build_prompt`] returns.
@@ -844,54 +863,122 @@ impl Assistant {
         st.session.truncate(common)?;
         st.committed.truncate(common);
 
-        let mut decoder = Utf8Stream::default();
-        let mut text = String::new();
-        let mut first_token_ms = 0.0;
         let stopped = Cell::new(false);
         let cancel = opts.cancel.clone();
         let tokenizer = llm.model.tokenizer();
-        let mut on_token = |id: u32| {
-            if stopped.get() {
-                return;
-            }
-            if let Some(piece) = decoder.push(tokenizer.piece(id)) {
-                if first_token_ms == 0.0 {
-                    first_token_ms = ms(started);
-                }
-                text.push_str(&piece);
-                if !on_text(&piece) {
-                    stopped.set(true);
-                }
-            }
-        };
         let should_stop = || stopped.get() || stopped_flag(&cancel);
-        let max_tokens = opts
-            .max_tokens
-            .min(st.session.kv_capacity() - prompt.len() - 1);
-        let result = st.generator.generate_sampled(
-            &mut *st.session,
-            &prompt[common..],
-            max_tokens,
-            &opts.sampling,
-            &mut on_token,
-            &should_stop,
-        );
-        let (tokens, metrics) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                // Leave a clean session behind: the next question re-prefills.
-                st.committed.clear();
-                let _ = st.session.truncate(0);
-                return Err(anyhow!("generation failed: {e}"));
+        let room = st.session.kv_capacity() - prompt.len() - 1;
+        let mut first_token_ms = 0.0;
+        let mut text = String::new();
+        let mut candidates = Vec::new();
+        let gen = if opts.samples > 1 {
+            // Every sample's tokens are held in the KV cache until the end.
+            let max_tokens = opts.max_tokens.min(room / opts.samples);
+            let mut texts: Vec<StopText> = (0..opts.samples)
+                .map(|_| StopText::new(&opts.stop))
+                .collect();
+            let mut on_token = |b: usize, id: u32| {
+                let t = &mut texts[b];
+                t.push(tokenizer.piece(id));
+                !t.stop.stopped() && !stopped_flag(&cancel)
+            };
+            let (outs, stats) = st
+                .session
+                .generate_samples(
+                    &prompt[common..],
+                    opts.samples,
+                    max_tokens,
+                    &opts.sampling,
+                    &mut on_token,
+                )
+                .map_err(|e| {
+                    st.committed.clear();
+                    let _ = st.session.truncate(0);
+                    anyhow!("generation failed: {e}")
+                })?;
+            candidates = texts
+                .iter_mut()
+                .zip(&outs)
+                .map(|(t, o)| Candidate {
+                    text: {
+                        t.finish();
+                        t.text.trim().to_owned()
+                    },
+                    mean_logprob: o.mean_logprob(),
+                    votes: 0,
+                })
+                .collect();
+            let chosen = select::select(&mut candidates, opts.select, opts.vote_key.as_ref());
+            text = candidates[chosen].text.clone();
+            first_token_ms = ms(started);
+            if !should_stop() && !text.is_empty() && !on_text(&text) {
+                stopped.set(true);
+            }
+            let decode_tokens = stats.generated;
+            Generated {
+                tokens: outs[chosen].tokens.clone(),
+                prefill_ms: stats.prefill_ms,
+                decode_ms: stats.decode_ms,
+                decode_tokens,
+                steps: (stats.decode_tok_s * stats.decode_ms / 1e3).round() as usize,
+                mean_accepted: 1.0,
+                mode: "samples",
+            }
+        } else {
+            let mut out = StopText::new(&opts.stop);
+            let ended = Cell::new(false);
+            let mut on_token = |id: u32| {
+                if stopped.get() || ended.get() {
+                    return;
+                }
+                let shown = out.push(tokenizer.piece(id));
+                ended.set(out.stop.stopped());
+                if !shown.is_empty() {
+                    if first_token_ms == 0.0 {
+                        first_token_ms = ms(started);
+                    }
+                    text.push_str(&shown);
+                    if !on_text(&shown) {
+                        stopped.set(true);
+                    }
+                }
+            };
+            let max_tokens = opts.max_tokens.min(room);
+            let result = st.generator.generate_sampled(
+                &mut *st.session,
+                &prompt[common..],
+                max_tokens,
+                &opts.sampling,
+                &mut on_token,
+                &|| should_stop() || ended.get(),
+            );
+            let (tokens, metrics) = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    // Leave a clean session behind: the next question re-prefills.
+                    st.committed.clear();
+                    let _ = st.session.truncate(0);
+                    return Err(anyhow!("generation failed: {e}"));
+                }
+            };
+            let rest = out.finish();
+            if !rest.is_empty() && !stopped.get() {
+                text.push_str(&rest);
+                on_text(&rest);
+            }
+            Generated {
+                tokens,
+                prefill_ms: metrics.prefill_ms,
+                decode_ms: metrics.decode_ms,
+                decode_tokens: metrics.decode_tokens(),
+                steps: metrics.steps,
+                mean_accepted: metrics.mean_accepted(),
+                mode: st.generator.mode().name(),
             }
         };
-        let rest = decoder.finish();
-        if !rest.is_empty() && !stopped.get() {
-            text.push_str(&rest);
-            on_text(&rest);
-        }
+        let tokens = &gen.tokens;
         st.committed.extend_from_slice(&prompt[common..]);
-        st.committed.extend_from_slice(&tokens);
+        st.committed.extend_from_slice(tokens);
         // The session may hold one more token than `committed` (the last emitted one is
         // not yet fed back); keep them consistent for the next prefix match.
         st.session
@@ -944,7 +1031,7 @@ impl Assistant {
         // Grow the drafting database with the finished interaction: the answer only (the
         // question's sources are corpus chunks already in the database).
         if !tokens.is_empty() {
-            st.conversations.add(&tokens);
+            st.conversations.add(tokens);
             if let Some(dir) = st.conversations_path.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
@@ -955,16 +1042,15 @@ impl Assistant {
             st.generator.set_database(Some(Arc::new(db.build_index())));
         }
 
-        let decode_tokens = metrics.decode_tokens();
         Ok(Answer {
             answer: text.trim().to_owned(),
             sources: Vec::new(),
             timings: Timings {
                 retrieve_ms: 0.0,
-                prefill_ms: metrics.prefill_ms,
-                decode_ms: metrics.decode_ms,
-                decode_tok_s: if metrics.decode_ms > 0.0 {
-                    decode_tokens as f64 / (metrics.decode_ms / 1e3)
+                prefill_ms: gen.prefill_ms,
+                decode_ms: gen.decode_ms,
+                decode_tok_s: if gen.decode_ms > 0.0 {
+                    gen.decode_tokens as f64 / (gen.decode_ms / 1e3)
                 } else {
                     0.0
                 },
@@ -977,11 +1063,62 @@ impl Assistant {
             cancelled: stopped.get() || stopped_flag(&cancel),
             backend: st.session.backend_name(),
             speculation: SpecSummary {
-                mode: st.generator.mode().name(),
-                steps: metrics.steps,
-                mean_accepted: metrics.mean_accepted(),
+                mode: gen.mode,
+                steps: gen.steps,
+                mean_accepted: gen.mean_accepted,
             },
+            candidates,
         })
+    }
+}
+
+/// What a generation produced, whichever path ran.
+struct Generated {
+    tokens: Vec<u32>,
+    prefill_ms: f64,
+    decode_ms: f64,
+    /// Tokens decoded after the prefill (every sample's, for several).
+    decode_tokens: usize,
+    steps: usize,
+    mean_accepted: f64,
+    mode: &'static str,
+}
+
+/// Token bytes to text, cut before the first stop sequence.
+struct StopText {
+    utf8: Utf8Stream,
+    stop: StopMatcher,
+    text: String,
+}
+
+impl StopText {
+    fn new(stops: &[String]) -> Self {
+        StopText {
+            utf8: Utf8Stream::default(),
+            stop: StopMatcher::new(stops.to_vec()),
+            text: String::new(),
+        }
+    }
+
+    /// Adds a token's bytes; returns the text that may be shown now.
+    fn push(&mut self, bytes: &[u8]) -> String {
+        let shown = match self.utf8.push(bytes) {
+            Some(piece) => self.stop.push(&piece),
+            None => String::new(),
+        };
+        self.text.push_str(&shown);
+        shown
+    }
+
+    /// The text held back once generation has ended.
+    fn finish(&mut self) -> String {
+        let tail = self.utf8.finish();
+        let mut rest = self.stop.push(&tail);
+        if !self.stop.stopped() {
+            rest.push_str(&self.stop.finish());
+        }
+        self.text.push_str(&rest);
+        rest
     }
 }
 

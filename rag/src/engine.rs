@@ -10,9 +10,10 @@ use npu_runtime::schedule::profile::{cache_dir, cache_path};
 use npu_runtime::schedule::profile_machine;
 use npu_runtime::schedule::{Profile, ScheduleKind};
 use npu_runtime::session::{
-    self, GenerationStats, KvPrecision, Model, Session, SessionOptions, SwitchReport, Switching,
+    self, BranchOutput, GenerationStats, KvPrecision, Model, Session, SessionOptions, SwitchReport,
+    Switching,
 };
-use specdec::session_target::generate_sampled_plain;
+use specdec::session_target::{generate_sampled_plain, generate_samples};
 use specdec::{Sampling, Target};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -107,6 +108,18 @@ pub trait Engine: Target + Send {
         sampling: &Sampling,
     ) -> Result<(Vec<u32>, GenerationStats)>;
 
+    /// `n` samples of the answer to `prompt`, decoded together (one forward per step for
+    /// every running sample): sample b equals [`Engine::generate_plain`] under
+    /// [`Sampling::for_branch`]`(b)`. `on_token(b, token)` returning false stops sample b.
+    fn generate_samples(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        max_tokens: usize,
+        sampling: &Sampling,
+        on_token: &mut dyn FnMut(usize, u32) -> bool,
+    ) -> Result<(Vec<BranchOutput>, GenerationStats)>;
+
     /// What progressive switching did during the last prefill (`None`: not switching).
     fn switch_report(&self) -> Option<SwitchReport>;
 
@@ -147,6 +160,18 @@ where
     }
     fn switch_report(&self) -> Option<SwitchReport> {
         Session::switch_report(self).cloned()
+    }
+    fn generate_samples(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        max_tokens: usize,
+        sampling: &Sampling,
+        on_token: &mut dyn FnMut(usize, u32) -> bool,
+    ) -> Result<(Vec<BranchOutput>, GenerationStats)> {
+        Ok(generate_samples(
+            self, prompt, n, max_tokens, sampling, on_token,
+        )?)
     }
     fn generate_plain(
         &mut self,

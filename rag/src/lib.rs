@@ -7,6 +7,7 @@
 //!   open/create, add/remove documents, retrieve, ask with a token stream and cancellation,
 //!   ask with caller-supplied context. Start there.
 //! - [`prompt`]: numbered sources under a token budget; retrieved text stays data.
+//! - [`select`]: choosing one answer among several samples (vote, confidence).
 //! - [`models`]: the model manifest and the cache (fetch on first use).
 //! - [`engine`]: the generation engine (the runtime's session on the CPU or the QNN HTP).
 pub mod ann;
@@ -22,6 +23,8 @@ pub mod index_files;
 pub mod models;
 pub mod prompt;
 pub mod prompt_head;
+pub mod select;
+pub mod stop;
 pub mod store;
 
 pub use embed_api::Embedder;

@@ -8,7 +8,6 @@
 
 use crate::error::{ApiError, ApiJson};
 use crate::openai::{ChatRequest, Content, Message};
-use crate::stop::StopMatcher;
 use crate::{AppState, NO_RETRIEVAL_SUFFIX};
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -16,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use graphs::chat::ChatMessage;
 use rag::assistant::{Answer, AskOptions, CancelToken, Sampling};
+use rag::stop::StopMatcher;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -75,6 +75,7 @@ pub(crate) async fn completions(
         max_tokens: plan.max_tokens,
         sampling: plan.sampling,
         cancel: Some(cancel.clone()),
+        ..AskOptions::default()
     };
     let job_app = Arc::clone(&app);
     let (messages, retrieve, stops) = (plan.messages.clone(), plan.retrieve, plan.stops.clone());

@@ -18,7 +18,6 @@ mod models;
 pub mod openai;
 pub mod queue;
 mod search;
-pub mod stop;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};

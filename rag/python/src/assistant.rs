@@ -48,7 +48,7 @@ pub(crate) fn ask_options(
         context_tokens,
         max_tokens,
         sampling: sampling(sampler)?,
-        cancel: None,
+        ..AskOptions::default()
     })
 }
 
