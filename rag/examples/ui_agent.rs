@@ -3,7 +3,7 @@
 //! against the reference action. Reports action accuracy and per-step latency.
 //!
 //!     cargo run --release -p rag --example ui_agent -- [DATASET] [--limit N] [--every K]
-//!         [--skip N] [--model M] [--raw]
+//!         [--skip N] [--model M] [--raw] [--samples N[,N...] [--temperature T] [--seed S]]
 //!
 //! DATASET defaults to ../shared/data/ui/droidtask_ui.jsonl. `--every K` scores every K-th
 //! step (a spread over all 13 apps when time allows fewer than 560 steps); `--limit N` stops
@@ -15,9 +15,18 @@
 //! the task, the actions so far and the screen. The fixed system message is a common prefix
 //! the assistant's KV reuse skips on every step. `--raw` sends the dataset's own prompt
 //! instead (the first session's baseline).
+//!
+//! `--samples` (test-time scaling): each step samples N answers in one batched decode
+//! (temperature T, default 0.7, top-p 0.95, seed S + step) and keeps one by majority vote
+//! over the parsed actions or by mean log-probability. With a list (`--samples 1,4,16`)
+//! every step runs each N in turn (rotating the order), so the per-N latencies come from the
+//! same run. Sample b of N is the same for every N (its seed depends on b only), so the
+//! largest N's samples also score every smaller k, for both selectors.
 
 use anyhow::{Context, Result};
-use rag::assistant::{AskOptions, Assistant, AssistantOptions};
+use rag::assistant::{Answer, AskOptions, Assistant, AssistantOptions, Sampling};
+use rag::select::{self, Candidate, Selector, VoteKey};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Debug, PartialEq)]
@@ -156,6 +165,8 @@ fn main() -> Result<()> {
     let mut skip = 0usize;
     let mut raw = false;
     let mut model = rag::models::DEFAULT_MODEL.to_owned();
+    let mut samples: Vec<usize> = Vec::new();
+    let (mut temperature, mut seed) = (0.7f32, 1u64);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--limit" => limit = args.next().context("--limit N")?.parse()?,
@@ -163,6 +174,20 @@ fn main() -> Result<()> {
             "--skip" => skip = args.next().context("--skip N")?.parse()?,
             "--model" => model = args.next().context("--model M")?,
             "--raw" => raw = true,
+            "--samples" => {
+                samples = args
+                    .next()
+                    .context("--samples N[,N...]")?
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>().context("--samples N[,N...]"))
+                    .collect::<Result<Vec<_>>>()?;
+                anyhow::ensure!(
+                    samples.iter().all(|&n| (1..=16).contains(&n)),
+                    "--samples: each N in 1..=16"
+                );
+            }
+            "--temperature" => temperature = args.next().context("--temperature T")?.parse()?,
+            "--seed" => seed = args.next().context("--seed S")?.parse()?,
             other => dataset = other.to_owned(),
         }
     }
@@ -185,6 +210,14 @@ fn main() -> Result<()> {
     };
 
     let (mut steps, mut correct, mut latencies) = (0usize, 0usize, Vec::new());
+    let max_n = samples.iter().copied().max().unwrap_or(0);
+    // k samples scored from the largest run: powers of two and the listed sizes.
+    let mut ks: Vec<usize> = (0..5).map(|e| 1 << e).filter(|&k| k <= max_n).collect();
+    ks.extend(samples.iter().copied());
+    ks.sort_unstable();
+    ks.dedup();
+    let mut k_correct = vec![[0usize; 2]; ks.len()];
+    let mut n_latency: Vec<Vec<f64>> = vec![Vec::new(); samples.len()];
     let mut per_app: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     let records = text.lines().filter(|l| !l.trim().is_empty());
     for line in records.skip(skip).step_by(every).take(limit) {
@@ -216,19 +249,83 @@ fn main() -> Result<()> {
             let body_end = prompt.rfind("\nReply with").unwrap_or(prompt.len());
             let context = prompt[body_start..body_end].trim_end();
             let system = system_for(app);
-            // Only the first line is the action; stop generating after it.
-            let mut seen = String::new();
-            let mut first_line = |s: &str| {
-                seen.push_str(s);
-                !seen.trim_start().contains('\n')
-            };
-            assistant.ask_with_context(
-                "Next action:",
-                context,
-                Some(&system),
-                &ask,
-                &mut first_line,
-            )?
+            if samples.is_empty() {
+                // Only the first line is the action; stop generating after it.
+                let mut seen = String::new();
+                let mut first_line = |s: &str| {
+                    seen.push_str(s);
+                    !seen.trim_start().contains('\n')
+                };
+                assistant.ask_with_context(
+                    "Next action:",
+                    context,
+                    Some(&system),
+                    &ask,
+                    &mut first_line,
+                )?
+            } else {
+                let screen_owned = screen.to_owned();
+                let key = VoteKey(Arc::new(move |t: &str| {
+                    parse_action(t, &screen_owned).map(|a| format!("{a:?}"))
+                }));
+                let sampled = |n: usize| AskOptions {
+                    sampling: Sampling::new(temperature, 0.95, seed + steps as u64)
+                        .expect("temperature in range"),
+                    samples: n,
+                    stop: vec!["\n".into()],
+                    vote_key: Some(key.clone()),
+                    ..ask.clone()
+                };
+                let mut widest: Option<Answer> = None;
+                let mut chosen: Vec<(usize, String)> = Vec::new();
+                // Rotate the order so no N always runs first (after the step's prefill).
+                for j in 0..samples.len() {
+                    let i = (j + steps) % samples.len();
+                    let t = Instant::now();
+                    let a = assistant.ask_with_context(
+                        "Next action:",
+                        context,
+                        Some(&system),
+                        &sampled(samples[i]),
+                        &mut |_| true,
+                    )?;
+                    n_latency[i].push(t.elapsed().as_secs_f64() * 1e3);
+                    chosen.push((samples[i], a.answer.clone()));
+                    if samples[i] == max_n {
+                        widest = Some(a);
+                    }
+                }
+                let widest = widest.expect("the largest N ran");
+                let cands = if max_n == 1 {
+                    vec![Candidate {
+                        text: widest.answer.clone(),
+                        mean_logprob: 0.0,
+                        votes: 1,
+                    }]
+                } else {
+                    widest.candidates.clone()
+                };
+                let reference_action = parse_action(reference, screen);
+                for (ki, &k) in ks.iter().enumerate() {
+                    for (si, sel) in [Selector::Vote, Selector::Logprob].into_iter().enumerate() {
+                        let mut first = cands[..k].to_vec();
+                        let pick = select::select(&mut first, sel, Some(&key));
+                        let got = parse_action(&first[pick].text, screen);
+                        k_correct[ki][si] += usize::from(got.is_some() && got == reference_action);
+                        // Each N's own run kept what a vote over the widest run's first N keeps.
+                        if sel == Selector::Vote && k > 1 {
+                            for (n, answer) in &chosen {
+                                anyhow::ensure!(
+                                    *n != k || *answer == first[pick].text,
+                                    "step {steps}: {n} samples kept {answer:?}, the widest run's first {n} vote {:?}",
+                                    first[pick].text
+                                );
+                            }
+                        }
+                    }
+                }
+                widest
+            }
         };
         let ms = t.elapsed().as_secs_f64() * 1e3;
         let got = answer.answer.trim_start();
@@ -251,6 +348,29 @@ fn main() -> Result<()> {
         );
     }
     let _ = std::fs::remove_dir_all(&index_dir);
+    if !samples.is_empty() {
+        println!("samples at temperature {temperature}, top-p 0.95, seed {seed} + step; accuracy of k samples (the first k of {max_n}):");
+        for (ki, &k) in ks.iter().enumerate() {
+            let pct = |c: usize| 100.0 * c as f64 / steps.max(1) as f64;
+            println!(
+                "  k = {k:>2}: vote {:.1}% ({}/{steps}), logprob {:.1}% ({}/{steps})",
+                pct(k_correct[ki][0]),
+                k_correct[ki][0],
+                pct(k_correct[ki][1]),
+                k_correct[ki][1]
+            );
+        }
+        for (i, &n) in samples.iter().enumerate() {
+            let mut l = n_latency[i].clone();
+            l.sort_by(|a, b| a.total_cmp(b));
+            let mean = l.iter().sum::<f64>() / l.len().max(1) as f64;
+            println!(
+                "  N = {n:>2}: latency per step p50 {:.0} ms, mean {mean:.0} ms ({} steps, same run, order rotated)",
+                l.get(l.len() / 2).copied().unwrap_or(0.0),
+                l.len()
+            );
+        }
+    }
     latencies.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| {
         latencies
