@@ -301,6 +301,7 @@ fn main() -> Result<()> {
                         text: widest.answer.clone(),
                         mean_logprob: 0.0,
                         votes: 1,
+                        tokens: widest.tokens_generated,
                     }]
                 } else {
                     widest.candidates.clone()

@@ -906,6 +906,7 @@ impl Assistant {
                     },
                     mean_logprob: o.mean_logprob(),
                     votes: 0,
+                    tokens: o.tokens.len(),
                 })
                 .collect();
             let chosen = select::select(&mut candidates, opts.select, opts.vote_key.as_ref());

@@ -57,6 +57,8 @@ pub struct Candidate {
     pub mean_logprob: f64,
     /// Samples whose vote key equals this one's (itself included; 0 when it abstained).
     pub votes: usize,
+    /// Tokens generated for it.
+    pub tokens: usize,
 }
 
 /// The vote key of plain text answers: lower case, citation marks (`[2]`) dropped, runs of
@@ -145,6 +147,7 @@ mod tests {
                 text: t.into(),
                 mean_logprob: lp,
                 votes: 0,
+                tokens: 1,
             })
             .collect()
     }

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use graphs::chat::ChatMessage;
 use rag::assistant::{Answer, AskOptions, CancelToken, Sampling};
+use rag::select::Candidate;
 use rag::stop::StopMatcher;
 use serde_json::{json, Value};
 use std::convert::Infallible;
@@ -24,6 +25,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// OpenAI's limit on stop sequences.
 const MAX_STOPS: usize = 4;
+/// Most choices a request may ask for (`n`): samples decoded together in one batch.
+const MAX_CHOICES: u64 = 16;
 
 /// A validated request.
 struct Plan {
@@ -33,6 +36,8 @@ struct Plan {
     max_tokens: usize,
     sampling: Sampling,
     stops: Vec<String>,
+    /// Choices (`n`): more than one are samples decoded together, each cut at the stops.
+    n: usize,
     stream: bool,
     include_usage: bool,
 }
@@ -74,9 +79,17 @@ pub(crate) async fn completions(
         context_tokens: app.opts.context_tokens,
         max_tokens: plan.max_tokens,
         sampling: plan.sampling,
+        samples: plan.n,
+        // One answer streams through the matcher below; several are cut each on its own.
+        stop: if plan.n > 1 {
+            plan.stops.clone()
+        } else {
+            Vec::new()
+        },
         cancel: Some(cancel.clone()),
         ..AskOptions::default()
     };
+    let several = plan.n > 1;
     let job_app = Arc::clone(&app);
     let (messages, retrieve, stops) = (plan.messages.clone(), plan.retrieve, plan.stops.clone());
     tokio::task::spawn_blocking(move || {
@@ -85,6 +98,10 @@ pub(crate) async fn completions(
         let mut client_gone = false;
         let result = {
             let mut on_text = |piece: &str| {
+                if several {
+                    // The choices are the answer's candidates, sent at the end.
+                    return true;
+                }
                 let shown = stop.push(piece);
                 if !shown.is_empty() && tx.send(GenEvent::Text(shown)).is_err() {
                     client_gone = true;
@@ -177,8 +194,12 @@ fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
              use the model `<id>:no-retrieval` or \"retrieval\": false otherwise",
         ));
     }
-    if req.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request("n", "only n = 1 is supported"));
+    let n = req.n.unwrap_or(1);
+    if !(1..=MAX_CHOICES).contains(&n) {
+        return Err(ApiError::bad_request(
+            "n",
+            format!("n must be between 1 and {MAX_CHOICES}"),
+        ));
     }
     let limit = app.opts.max_tokens_limit;
     let max_tokens = match req.max_completion_tokens.or(req.max_tokens) {
@@ -250,6 +271,7 @@ fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
         max_tokens,
         sampling,
         stops,
+        n: n as usize,
         stream: req.stream,
         include_usage: req.stream_options.is_some_and(|o| o.include_usage),
     })
@@ -293,11 +315,26 @@ fn chat_message(m: Message) -> Result<ChatMessage, ApiError> {
 }
 
 fn usage(a: &Answer) -> Value {
+    // Every choice's tokens count, as OpenAI counts them.
+    let completion = if a.candidates.is_empty() {
+        a.tokens_generated
+    } else {
+        a.candidates.iter().map(|c| c.tokens).sum()
+    };
     json!({
         "prompt_tokens": a.prompt_tokens,
-        "completion_tokens": a.tokens_generated,
-        "total_tokens": a.prompt_tokens + a.tokens_generated,
+        "completion_tokens": completion,
+        "total_tokens": a.prompt_tokens + completion,
     })
+}
+
+/// Why choice `c` of several ended: its token budget, or a stop (end of text or sequence).
+fn choice_finish(c: &Candidate, max_tokens: usize) -> &'static str {
+    if c.tokens >= max_tokens {
+        "length"
+    } else {
+        "stop"
+    }
 }
 
 async fn collect(
@@ -316,17 +353,34 @@ async fn collect(
                 finish_reason,
             } => {
                 drop(guard);
+                let choices: Vec<Value> = if answer.candidates.is_empty() {
+                    vec![json!({
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "logprobs": null,
+                        "finish_reason": finish_reason,
+                    })]
+                } else {
+                    answer
+                        .candidates
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| {
+                            json!({
+                                "index": i,
+                                "message": {"role": "assistant", "content": c.text},
+                                "logprobs": null,
+                                "finish_reason": choice_finish(c, plan.max_tokens),
+                            })
+                        })
+                        .collect()
+                };
                 let body = json!({
                     "id": app.next_id("chatcmpl"),
                     "object": "chat.completion",
                     "created": now(),
                     "model": plan.model,
-                    "choices": [{
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": null,
-                        "finish_reason": finish_reason,
-                    }],
+                    "choices": choices,
                     "usage": usage(&answer),
                     "sources": crate::printed_value(&answer.sources),
                 });
@@ -352,17 +406,23 @@ struct StreamState {
     created: u64,
     model: String,
     include_usage: bool,
+    max_tokens: usize,
 }
 
 impl StreamState {
     fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
+        self.chunk_of(0, delta, finish_reason)
+    }
+
+    /// A chunk of choice `index`.
+    fn chunk_of(&self, index: usize, delta: Value, finish_reason: Option<&str>) -> Value {
         json!({
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "choices": [{
-                "index": 0,
+                "index": index,
                 "delta": delta,
                 "logprobs": null,
                 "finish_reason": finish_reason,
@@ -373,9 +433,29 @@ impl StreamState {
     /// The events that end a stream: the last chunk (finish reason and sources), the usage
     /// chunk if asked for, and `[DONE]`.
     fn ending(&self, answer: &Answer, finish_reason: &str) -> Vec<Event> {
-        let mut last = self.chunk(json!({}), Some(finish_reason));
+        let mut events = Vec::new();
+        let mut last = if answer.candidates.is_empty() {
+            self.chunk(json!({}), Some(finish_reason))
+        } else {
+            // Several choices arrive whole at the end: choice 0 had its role already.
+            let n = answer.candidates.len();
+            for (i, c) in answer.candidates.iter().enumerate() {
+                let delta = if i == 0 {
+                    json!({"content": c.text})
+                } else {
+                    json!({"role": "assistant", "content": c.text})
+                };
+                events.push(data(&self.chunk_of(i, delta, None)));
+            }
+            for (i, c) in answer.candidates.iter().enumerate().take(n - 1) {
+                let why = choice_finish(c, self.max_tokens);
+                events.push(data(&self.chunk_of(i, json!({}), Some(why))));
+            }
+            let c = &answer.candidates[n - 1];
+            self.chunk_of(n - 1, json!({}), Some(choice_finish(c, self.max_tokens)))
+        };
         last["sources"] = crate::printed_value(&answer.sources);
-        let mut events = vec![data(&last)];
+        events.push(data(&last));
         if self.include_usage {
             let mut u = self.chunk(json!({}), None);
             u["choices"] = json!([]);
@@ -405,6 +485,7 @@ fn stream(
         created: now(),
         model: plan.model,
         include_usage: plan.include_usage,
+        max_tokens: plan.max_tokens,
     };
     let events = futures_util::stream::unfold(state, |mut st| async move {
         loop {

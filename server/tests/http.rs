@@ -349,6 +349,72 @@ fn max_tokens_stop_sequences_and_sampling_parameters() {
     );
 }
 
+#[test]
+fn n_gives_that_many_sampled_choices_the_first_being_the_single_answer() {
+    if !models_available() {
+        return;
+    }
+    let base = default_server();
+    let url = format!("{base}/v1/chat/completions");
+    let q = "Write a long story about a heron who lives by a lake.";
+    let mut one = chat(PLAIN, q, 12);
+    one["temperature"] = json!(1.1);
+    one["seed"] = json!(5);
+    let (_, single) = post(&url, &one, None);
+    let mut body = one.clone();
+    body["n"] = json!(3);
+    let (status, r) = post(&url, &body, None);
+    assert_eq!(status, 200, "{r}");
+    let choices = r["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    let texts: Vec<String> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            assert_eq!(c["index"], i);
+            assert_eq!(c["message"]["role"], "assistant");
+            assert!(c["finish_reason"] == "length" || c["finish_reason"] == "stop");
+            c["message"]["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    // Sample 0 runs under the request's seed: the answer of the same request with n = 1.
+    assert_eq!(texts[0], content(&single).trim());
+    assert!(texts[0] != texts[1] || texts[1] != texts[2], "{texts:?}");
+    assert!(
+        r["usage"]["completion_tokens"].as_u64().unwrap()
+            > single["usage"]["completion_tokens"].as_u64().unwrap()
+    );
+    // Reproducible, and streamed as chunks per choice index.
+    let (_, again) = post(&url, &body, None);
+    assert_eq!(again["choices"], r["choices"]);
+    let events = stream_events(&base, &body);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let mut by_index = vec![String::new(); 3];
+    let mut finished = vec![false; 3];
+    for e in &events[..events.len() - 1] {
+        let c: Value = serde_json::from_str(e).unwrap();
+        for ch in c["choices"].as_array().unwrap() {
+            let i = ch["index"].as_u64().unwrap() as usize;
+            assert!(!finished[i], "text after choice {i} finished");
+            if let Some(t) = ch["delta"]["content"].as_str() {
+                by_index[i].push_str(t);
+            }
+            finished[i] |= !ch["finish_reason"].is_null();
+        }
+    }
+    assert_eq!(by_index, texts);
+    assert!(finished.iter().all(|&f| f));
+    // Stop sequences cut every choice.
+    body["stop"] = json!([" "]);
+    let (_, cut) = post(&url, &body, None);
+    for c in cut["choices"].as_array().unwrap() {
+        assert!(
+            !c["message"]["content"].as_str().unwrap().contains(' '),
+            "{cut}"
+        );
+    }
+}
+
 fn assert_error(status: u16, body: &Value, want_status: u16, kind: &str, param: Option<&str>) {
     assert_eq!(status, want_status, "{body}");
     let e = &body["error"];
@@ -404,7 +470,8 @@ fn bad_requests_get_openai_errors_with_the_right_status() {
     for (field, value) in [
         ("temperature", json!(2.5)),
         ("top_p", json!(0)),
-        ("n", json!(2)),
+        ("n", json!(17)),
+        ("n", json!(0)),
         ("stop", json!(["a", "b", "c", "d", "e"])),
         ("tools", json!([{"type": "function"}])),
         ("response_format", json!({"type": "json_object"})),
