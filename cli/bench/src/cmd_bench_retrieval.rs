@@ -348,7 +348,18 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        let j = serde_json::json!({
+            "questions": a.questions.display().to_string(),
+            "question_count": questions.len(),
+            "corpus": corpus,
+            "documents": stats.documents,
+            "chunks": stats.chunks,
+            "candidates_per_list": CANDIDATES,
+            "embedder": if dense { embedder_label() } else { "none".into() },
+            "methods": results,
+            "latency": latency.iter().map(|(n, p50, p99)| serde_json::json!({"mode": n, "p50_ms": p50, "p99_ms": p99})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         println!("{body}");
     }
