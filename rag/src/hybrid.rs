@@ -261,8 +261,10 @@ mod tests {
             .all(|x| x.bm25_rank.is_none() && x.dense_rank.is_some()));
     }
 
-    /// BM25 with one standout hit, dense flat; and the mirror image.
-    fn peaked_bm25_flat_dense() -> ([(i64, f32); 5], [(i64, f32); 5]) {
+    type List5 = [(i64, f32); 5];
+
+    /// BM25 with one standout hit, dense flat.
+    fn peaked_bm25_flat_dense() -> (List5, List5) {
         (
             [(1, 40.0), (2, 12.0), (3, 11.0), (4, 10.0), (5, 9.0)],
             [(5, 0.52), (4, 0.515), (3, 0.51), (2, 0.505), (1, 0.50)],
