@@ -299,6 +299,10 @@ mod tests {
             vec![1, 2, 3, 4, 5, 9, 8, 7, 6]
         );
         assert!((adaptive_bm25_weight(&flat, &flat, ADAPTIVE) - 0.5).abs() < 1e-6);
+        // A BM25 list shorter than `depth` has no say against a full dense list.
+        let few = [(9, 30.0), (1, 2.0)];
+        assert_eq!(adaptive_bm25_weight(&few, &b, ADAPTIVE), 0.0);
+        assert_eq!(ids(&adaptive(&few, &b, ADAPTIVE)), vec![1, 2, 3, 4, 5, 9]);
         let clamped = Adaptive {
             min_weight: 0.1,
             ..ADAPTIVE
