@@ -41,6 +41,10 @@ pub struct Args {
     pub report: bench_report::ReportArgs,
     #[arg(long)]
     pub json: bool,
+    /// Also write each question's two candidate lists (chunk id, score, relevant) as JSONL,
+    /// to study a fusion rule offline.
+    #[arg(long)]
+    pub dump_candidates: Option<PathBuf>,
 }
 
 #[derive(serde::Deserialize)]
@@ -222,8 +226,24 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         SearchMode::Bm25
     };
     let mut acc = vec![(0.0, 0.0, 0.0, 0.0, Vec::<String>::new()); methods.len()];
+    let mut dump = String::new();
     for q in questions {
         let (bm25, dn) = index.candidates(&q.question, CANDIDATES, mode)?;
+        if a.dump_candidates.is_some() {
+            let label = |list: &[(i64, f32)]| -> Result<Vec<serde_json::Value>> {
+                let mut out = Vec::with_capacity(list.len());
+                for (id, score) in list {
+                    let hit = index.hits(&fuse(&[(*id, *score)], &[], DEFAULT_FUSION), 1)?;
+                    let rel = hit.first().is_some_and(|h| is_relevant(h, &q.relevant));
+                    out.push(serde_json::json!([id, score, rel]));
+                }
+                Ok(out)
+            };
+            let line = serde_json::json!({
+                "id": q.id, "question": q.question, "bm25": label(&bm25)?, "dense": label(&dn)?,
+            });
+            writeln!(dump, "{line}")?;
+        }
         for (mi, (name, fusion)) in methods.iter().enumerate() {
             let fused = match (name.as_str(), fusion) {
                 ("bm25", _) => fuse(&bm25, &[], DEFAULT_FUSION),
@@ -247,6 +267,9 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
                 m.4.push(q.id.clone());
             }
         }
+    }
+    if let Some(path) = &a.dump_candidates {
+        std::fs::write(path, dump).with_context(|| format!("writing {}", path.display()))?;
     }
     let n = questions.len() as f64;
     let results: Vec<ModeResult> = methods
@@ -325,7 +348,18 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        let j = serde_json::json!({
+            "questions": a.questions.display().to_string(),
+            "question_count": questions.len(),
+            "corpus": corpus,
+            "documents": stats.documents,
+            "chunks": stats.chunks,
+            "candidates_per_list": CANDIDATES,
+            "embedder": if dense { embedder_label() } else { "none".into() },
+            "methods": results,
+            "latency": latency.iter().map(|(n, p50, p99)| serde_json::json!({"mode": n, "p50_ms": p50, "p99_ms": p99})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         println!("{body}");
     }
@@ -366,7 +400,8 @@ fn embedder_label() -> String {
 }
 
 /// Fusions compared by the quality benchmark.
-const FUSIONS: [Fusion; 6] = [
+const FUSIONS: [Fusion; 7] = [
+    Fusion::Adaptive(rag::hybrid::ADAPTIVE),
     Fusion::Rrf { k: 60.0 },
     Fusion::Rrf { k: 20.0 },
     Fusion::Rrf { k: 5.0 },
