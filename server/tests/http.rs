@@ -390,7 +390,7 @@ fn n_gives_that_many_sampled_choices_the_first_being_the_single_answer() {
     let events = stream_events(&base, &body);
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     let mut by_index = vec![String::new(); 3];
-    let mut finished = vec![false; 3];
+    let mut finished = [false; 3];
     for e in &events[..events.len() - 1] {
         let c: Value = serde_json::from_str(e).unwrap();
         for ch in c["choices"].as_array().unwrap() {
