@@ -133,6 +133,31 @@ def temperature_and_seed():
 
 
 @test
+def n_sampled_choices():
+    one = ask(PLAIN, LONG_Q, 10, temperature=1.0, seed=21).choices[0].message.content
+    r = ask(PLAIN, LONG_Q, 10, temperature=1.0, seed=21, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2], r.choices
+    texts = [c.message.content for c in r.choices]
+    assert texts[0] == one.strip(), (texts[0], one)
+    assert len(set(texts)) > 1, texts
+    assert all(c.finish_reason in ("stop", "length") for c in r.choices)
+    # Streamed: the chunks of each choice index add up to that choice.
+    parts = {}
+    for chunk in client.chat.completions.create(
+        model=PLAIN,
+        messages=[{"role": "user", "content": LONG_Q}],
+        max_tokens=10,
+        temperature=1.0,
+        seed=21,
+        n=3,
+        stream=True,
+    ):
+        for c in chunk.choices:
+            parts[c.index] = parts.get(c.index, "") + (c.delta.content or "")
+    assert [parts[i] for i in range(3)] == texts, (parts, texts)
+
+
+@test
 def embeddings_base64_and_float():
     texts = ["grey herons", "factory reset of the console"]
     # The client asks for base64 by default and decodes it itself.
