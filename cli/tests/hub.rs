@@ -155,3 +155,49 @@ fn forced_sources_are_kept() {
         stderr(&out)
     );
 }
+
+#[test]
+fn the_embedder_comes_from_its_hub_repository_file_by_file() {
+    let entry = rag::models::find(rag::models::DEFAULT_EMBEDDER).unwrap();
+    if !entry.is_cached() {
+        assert_eq!(
+            std::env::var("RAG_SKIP_MODEL_TESTS").as_deref(),
+            Ok("1"),
+            "{} is missing: run scripts/fetch-model.sh {}",
+            entry.name,
+            entry.name
+        );
+        return;
+    }
+    let hub_ref = rag::models::HubRef::parse(entry.hub.as_deref().unwrap()).unwrap();
+    let names: Vec<&str> = entry
+        .members
+        .iter()
+        .map(|m| m.rsplit('/').next().unwrap())
+        .collect();
+    let files = names
+        .iter()
+        .zip(&entry.sha256)
+        .map(|(name, sha)| Served::new(name, std::fs::read(entry.path().join(name)).unwrap(), sha))
+        .collect();
+    let server = Server::start(Config {
+        repo_id: hub_ref.repo_id(),
+        files,
+        ..Config::default()
+    });
+    let cache = tempfile::tempdir().unwrap();
+    run_ok(
+        rag(&["model", "pull", &entry.name])
+            .env("HF_ENDPOINT", &server.url)
+            .env("RAG_MODEL_SOURCE", "hub")
+            .env("RAG_MODEL_DIR", cache.path()),
+    );
+    for name in &names {
+        assert_eq!(
+            std::fs::read(cache.path().join(&entry.output).join(name)).unwrap(),
+            std::fs::read(entry.path().join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(server.file_requests().len(), names.len());
+}
