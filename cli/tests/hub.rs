@@ -201,3 +201,44 @@ fn the_embedder_comes_from_its_hub_repository_file_by_file() {
     }
     assert_eq!(server.file_requests().len(), names.len());
 }
+
+/// Two `rag model pull` processes for one file: one downloads, the other waits on the lock
+/// and finds it verified.
+#[test]
+fn concurrent_pull_processes_download_once() {
+    let bytes = hub_server::fake_gguf(500_000, 7);
+    let sha = {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, &bytes).unwrap();
+        rag::models::sha256_file(&f).unwrap()
+    };
+    let server = Server::start(Config {
+        repo_id: "o/r".into(),
+        files: vec![Served::new("m-Q4_K_M.gguf", bytes.clone(), &sha)],
+        // Long enough that the second process starts while the first is downloading.
+        body_pause: Duration::from_millis(1500),
+        ..Config::default()
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let spawn = || {
+        rag(&["model", "pull", "hf.co/o/r:Q4_K_M"])
+            .env("HF_ENDPOINT", &server.url)
+            .env("RAG_MODEL_DIR", cache.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let mut waited = 0;
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        waited += stderr(&out).contains("another process is downloading it") as usize;
+    }
+    assert_eq!(waited, 1, "one process waited on the lock");
+    let path = cache.path().join("hf/o/r/m-Q4_K_M.gguf");
+    assert_eq!(std::fs::read(path).unwrap(), bytes);
+    assert_eq!(server.file_requests().len(), 1, "{:?}", server.requests());
+}

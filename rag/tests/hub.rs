@@ -64,6 +64,12 @@ fn pull_by_quant_tag_then_resolve_offline() {
     // Found without the server from then on.
     let r = HubRef::parse("hf.co/o/r:Q4_K_M").unwrap();
     assert_eq!(cached_hub_file(&r, cache.path()).unwrap(), path);
+    let no_hub = Hub::new("http://127.0.0.1:1", None).unwrap();
+    assert_eq!(
+        pull_with(&no_hub, "hf.co/o/r:Q4_K_M", cache.path()).unwrap(),
+        path
+    );
+    assert!(pull_with(&no_hub, "hf.co/o/r:Q8_0", cache.path()).is_err());
 }
 
 #[test]
@@ -173,15 +179,29 @@ fn concurrent_pulls_of_one_file_download_it_once() {
         ..repo(files.clone())
     });
     let cache = tempfile::tempdir().unwrap();
+    let logs = std::sync::Mutex::new(Vec::new());
     let results: Vec<PathBuf> = std::thread::scope(|s| {
         let pulls: Vec<_> = (0..2)
-            .map(|_| s.spawn(|| pull(&server, "hf.co/o/r:Q4_K_M", cache.path())))
+            .map(|_| {
+                s.spawn(|| {
+                    let hub = Hub::new(&server.url, None).unwrap();
+                    let r = HubRef::parse("hf.co/o/r:Q4_K_M").unwrap();
+                    pull_hub_ref(&hub, &r, cache.path(), &mut |m| {
+                        logs.lock().unwrap().push(m.to_owned())
+                    })
+                })
+            })
             .collect();
         pulls
             .into_iter()
             .map(|p| p.join().unwrap().unwrap())
             .collect()
     });
+    let logs = logs.into_inner().unwrap();
+    let waited = logs
+        .iter()
+        .filter(|m| m.contains("another process is downloading it"));
+    assert_eq!(waited.count(), 1, "one pull waited on the lock: {logs:?}");
     assert_eq!(results[0], results[1]);
     assert_eq!(std::fs::read(&results[0]).unwrap(), *files[0].bytes);
     assert_eq!(server.file_requests().len(), 1, "{:?}", server.requests());

@@ -235,7 +235,21 @@ pub fn pull_hub_ref(
     log: &mut dyn FnMut(&str),
 ) -> Result<PathBuf> {
     let offline = |e: anyhow::Error| offline_hint(e, r, cache);
-    let files = hub.list(&r.repo_id()).map_err(offline)?;
+    let files = match hub.list(&r.repo_id()) {
+        Ok(files) => files,
+        Err(e) if e.is::<hub::Unreachable>() => match cached_hub_file(r, cache) {
+            // Already here: no need for the Hub.
+            Ok(path) => {
+                log(&format!(
+                    "{r}: cached at {} (the Hub is not reachable)",
+                    path.display()
+                ));
+                return Ok(path);
+            }
+            Err(_) => return Err(offline(e)),
+        },
+        Err(e) => return Err(e),
+    };
     let file = r.choose(&files)?;
     let Some(sha) = &file.sha256 else {
         bail!(
