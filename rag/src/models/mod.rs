@@ -190,11 +190,6 @@ fn pull_entry_from_hub(
     let r = HubRef::parse(entry.hub.as_deref().context("no Hub reference")?)?;
     let repo_id = r.repo_id();
     let dest = entry.path();
-    log(&format!(
-        "{}: downloading {r} from {}",
-        entry.name,
-        hub.endpoint()
-    ));
     match (entry.kind, &r.selector) {
         (ModelKind::Gguf, Selector::File(path)) => {
             let want = download::Wanted {
@@ -222,7 +217,12 @@ fn pull_entry_from_hub(
             entry.name
         ),
     }
-    log(&format!("{}: ready at {}", entry.name, dest.display()));
+    log(&format!(
+        "{}: ready at {} (from {r} on {})",
+        entry.name,
+        dest.display(),
+        hub.endpoint()
+    ));
     Ok(dest)
 }
 
