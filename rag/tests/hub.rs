@@ -89,6 +89,23 @@ fn pull_by_file_name() {
 }
 
 #[test]
+fn a_listing_in_pages_is_read_to_the_end() {
+    let mut files: Vec<Served> = (0..5)
+        .map(|i| served(&format!("README-{i}.md"), vec![b'x'; 10]))
+        .collect();
+    files.push(served("m-Q4_K_M.gguf", fake_gguf(1000, 5)));
+    let server = Server::start(Config {
+        page_size: 2,
+        ..repo(files.clone())
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let path = pull(&server, "hf.co/o/r:Q4_K_M", cache.path()).unwrap();
+    assert_eq!(std::fs::read(path).unwrap(), *files[5].bytes);
+    let listings = server.requests().len() - server.file_requests().len();
+    assert_eq!(listings, 3, "{:?}", server.requests());
+}
+
+#[test]
 fn an_ambiguous_or_unmatched_tag_lists_the_candidates() {
     let server = Server::start(repo(vec![
         served("a-Q4_K_M.gguf", fake_gguf(1000, 1)),

@@ -13,6 +13,8 @@ use std::time::Duration;
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 /// Redirects followed per request (the Hub uses one or two).
 const MAX_REDIRECTS: usize = 8;
+/// Pages of a repository listing read at most (the Hub sends 1000 files a page).
+const MAX_PAGES: usize = 100;
 
 pub struct Hub {
     endpoint: String,
@@ -85,33 +87,50 @@ impl Hub {
 
     /// Every file of `repo_id` (`OWNER/REPO`) on its main branch.
     pub fn list(&self, repo_id: &str) -> Result<Vec<HubFile>> {
-        let url = format!(
+        let mut url = format!(
             "{}/api/models/{}/tree/main?recursive=true",
             self.endpoint,
             encode_path(repo_id)
         );
-        let mut resp = self.get(&url, None)?;
-        match resp.status().as_u16() {
-            200 => {}
-            401 | 403 | 404 => bail!(
-                "hf.co/{repo_id} was not found on {} (HTTP {}){}",
-                self.endpoint,
-                resp.status().as_u16(),
-                if self.token.is_some() {
-                    ""
-                } else {
-                    ": check the name; a private or gated repository needs HF_TOKEN"
-                }
-            ),
-            s => bail!("listing hf.co/{repo_id} on {}: HTTP {s}", self.endpoint),
+        let mut files = Vec::new();
+        // Long listings come in pages, the next one named by a `Link: <URL>; rel="next"`.
+        for _ in 0..MAX_PAGES {
+            let mut resp = self.get(&url, None)?;
+            match resp.status().as_u16() {
+                200 => {}
+                401 | 403 | 404 => bail!(
+                    "hf.co/{repo_id} was not found on {} (HTTP {}){}",
+                    self.endpoint,
+                    resp.status().as_u16(),
+                    if self.token.is_some() {
+                        ""
+                    } else {
+                        ": check the name; a private or gated repository needs HF_TOKEN"
+                    }
+                ),
+                s => bail!("listing hf.co/{repo_id} on {}: HTTP {s}", self.endpoint),
+            }
+            let next = resp
+                .headers()
+                .get("link")
+                .and_then(|v| v.to_str().ok())
+                .and_then(next_page);
+            let text = resp
+                .body_mut()
+                .with_config()
+                .limit(64 << 20)
+                .read_to_string()
+                .with_context(|| format!("reading the listing of hf.co/{repo_id}"))?;
+            files.extend(
+                parse_listing(&text)
+                    .with_context(|| format!("the Hub's listing of hf.co/{repo_id}"))?,
+            );
+            match next {
+                Some(next) => url = join(&url, &next)?,
+                None => return Ok(files),
+            }
         }
-        let text = resp
-            .body_mut()
-            .with_config()
-            .limit(64 << 20)
-            .read_to_string()
-            .with_context(|| format!("reading the listing of hf.co/{repo_id}"))?;
-        parse_listing(&text).with_context(|| format!("the Hub's listing of hf.co/{repo_id}"))
+        bail!("the listing of hf.co/{repo_id} has more than {MAX_PAGES} pages")
     }
 
     /// `GET` a file of `repo_id`, from byte `from` on when given.
@@ -229,6 +248,22 @@ pub(crate) fn parse_listing(text: &str) -> Result<Vec<HubFile>> {
     Ok(out)
 }
 
+/// The URL of a `Link` header's `rel="next"` entry.
+fn next_page(link: &str) -> Option<String> {
+    link.split(',').find_map(|entry| {
+        let (url, params) = entry.split_once(';')?;
+        params
+            .split(';')
+            .any(|p| p.trim().replace(' ', "") == "rel=\"next\"")
+            .then(|| {
+                url.trim()
+                    .trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .to_owned()
+            })
+    })
+}
+
 /// `scheme://host[:port]`, lowercased, of an http(s) URL.
 fn origin(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
@@ -331,6 +366,20 @@ mod tests {
             ]
         );
         assert!(parse_listing("{\"error\":\"x\"}").is_err());
+    }
+
+    #[test]
+    fn the_next_page_comes_from_the_link_header() {
+        assert_eq!(
+            next_page(r#"<https://h.co/api/models/o/r/tree/main?cursor=abc>; rel="next""#)
+                .as_deref(),
+            Some("https://h.co/api/models/o/r/tree/main?cursor=abc")
+        );
+        assert_eq!(
+            next_page(r#"<https://h/p1>; rel="prev", <https://h/p3>; rel = "next""#).as_deref(),
+            Some("https://h/p3")
+        );
+        assert_eq!(next_page(r#"<https://h/p1>; rel="prev""#), None);
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct Config {
     pub redirect_to: Option<String>,
     /// A pause half way through each file body.
     pub body_pause: Duration,
+    /// Files per listing page (0: one page), the next page named by a `Link` header.
+    pub page_size: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -129,8 +131,20 @@ fn serve(
     let listing = format!("/api/models/{}/tree/main", config.repo_id);
     let resolve = format!("/{}/resolve/main/", config.repo_id);
     if path == listing {
-        let items: Vec<String> = config
-            .files
+        let cursor: usize = target
+            .split_once("cursor=")
+            .and_then(|(_, c)| c.parse().ok())
+            .unwrap_or(0);
+        let end = match config.page_size {
+            0 => config.files.len(),
+            n => (cursor + n).min(config.files.len()),
+        };
+        let link = if end < config.files.len() {
+            format!("Link: <{listing}?recursive=true&cursor={end}>; rel=\"next\"\r\n")
+        } else {
+            String::new()
+        };
+        let items: Vec<String> = config.files[cursor..end]
             .iter()
             .map(|f| {
                 format!(
@@ -142,7 +156,7 @@ fn serve(
             })
             .collect();
         let body = format!("[{}]", items.join(","));
-        return respond(&mut out, "200 OK", "", body.as_bytes());
+        return respond(&mut out, "200 OK", &link, body.as_bytes());
     }
     let file = |name: &str| config.files.iter().find(|f| f.path == name);
     if let Some(name) = path.strip_prefix(&resolve) {
