@@ -78,7 +78,7 @@ pub fn fetch(hub: &Hub, want: &Wanted, dest: &Path, log: &mut dyn FnMut(&str)) -
     if !got.eq_ignore_ascii_case(want.sha256) {
         let _ = fs::remove_file(&partial);
         bail!(
-            "{}: sha256 mismatch (got {got}, expected {}); the download was removed",
+            "{}: sha256 mismatch (got {got}, expected {}); the download was removed (run the command again to fetch it afresh)",
             want.path,
             want.sha256
         );
