@@ -25,7 +25,7 @@ dest() { if [ "$kind" = tree ]; then echo "$1"; else basename "$1"; fi; }
 for name in "$@"; do
   line=$(awk -F'\t' -v n="$name" '$1==n' "$manifest")
   [ -n "$line" ] || { echo "unknown model '$name'" >&2; exit 2; }
-  IFS=$'\t' read -r _ kind packages members out shas <<<"$line"
+  IFS=$'\t' read -r _ kind packages members out shas _hub <<<"$line"
   IFS=',' read -r -a pkgs <<<"$packages"
   IFS=',' read -r -a mems <<<"$members"
   IFS=',' read -r -a sums <<<"$shas"

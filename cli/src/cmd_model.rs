@@ -7,16 +7,17 @@ use std::path::Path;
 
 #[derive(clap::Subcommand)]
 pub enum ModelCmd {
-    /// Fetch a model into the cache (idempotent, sha256-verified).
+    /// Fetch a model into the cache (idempotent, sha256-verified, resumable).
     Pull {
-        /// A name from `rag model list`.
+        /// A name from `rag model list`, or a Hub reference: hf.co/OWNER/REPO:QUANT or
+        /// hf.co/OWNER/REPO/FILE.gguf.
         name: String,
     },
     /// List known models and whether they are cached.
     List,
     /// Delete a cached model (and its repacked weights) from the cache.
     Rm {
-        /// A name from `rag model list`.
+        /// A name or Hub reference from `rag model list`.
         name: String,
     },
 }
@@ -26,7 +27,8 @@ fn entry(name: &str) -> Result<models::ModelEntry> {
     models::find(name).ok_or_else(|| {
         let names: Vec<String> = models::manifest().into_iter().map(|m| m.name).collect();
         exit::missing_model(format!(
-            "unknown model '{name}' (known: {})",
+            "unknown model '{name}' (known: {}; or a Hub reference hf.co/OWNER/REPO:QUANT or \
+             hf.co/OWNER/REPO/FILE.gguf)",
             names.join(", ")
         ))
     })
@@ -35,13 +37,20 @@ fn entry(name: &str) -> Result<models::ModelEntry> {
 pub fn run(cmd: ModelCmd) -> Result<()> {
     match cmd {
         ModelCmd::Pull { name } => {
-            let path = models::pull(&entry(&name)?, &mut |msg| eprintln!("{msg}"))?;
+            if !models::is_known(&name) {
+                entry(&name)?;
+            }
+            let path = models::pull_named(&name, &mut |msg| eprintln!("{msg}"))?;
             println!("{}", path.display());
             Ok(())
         }
         ModelCmd::Rm { name } => {
-            let entry = entry(&name)?;
-            let path = entry.path();
+            let path = if models::HubRef::looks_like(&name) {
+                models::HubRef::parse(&name)?;
+                models::resolve(&name).map_err(|e| exit::missing_model(format!("{e:#}")))?
+            } else {
+                entry(&name)?.path()
+            };
             if !path.exists() {
                 return Err(exit::missing_model(format!(
                     "model '{name}' is not downloaded (nothing at {})",
@@ -95,6 +104,13 @@ pub fn run(cmd: ModelCmd) -> Result<()> {
                     m.path().display(),
                     default
                 );
+            }
+            let hub = models::hub_downloads(&models::cache_dir());
+            if !hub.is_empty() {
+                println!("downloaded from the Hub:");
+            }
+            for (reference, path) in hub {
+                println!("{reference:<60} {}", path.display());
             }
             let dir = rag::models::weights_cache_dir();
             let (files, bytes) = npu_runtime::weights_cache::usage(&dir);

@@ -17,7 +17,7 @@ pub const DEFAULT_INDEX_DIR: &str = ".rag-index";
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Model name or GGUF path (`--model`).
+    /// Model name, Hub reference (`hf.co/OWNER/REPO:QUANT`) or GGUF path (`--model`).
     pub model: Option<String>,
     /// `--index-dir`; a leading `~/` is the home directory.
     pub index_dir: Option<PathBuf>,

@@ -69,19 +69,19 @@ pub fn require_index(dir: &Path, hint: &str) -> anyhow::Result<()> {
     ))
 }
 
-/// The model a command will load, made present: a file, or a known name that is cached or
-/// fetched now. Anything else fails with [`MISSING_MODEL`].
+/// The model a command will load, made present: a file, or a known name or Hub reference
+/// that is cached or fetched now. Anything else fails with [`MISSING_MODEL`].
 pub fn require_model(name_or_path: &str) -> anyhow::Result<()> {
     if Path::new(name_or_path).exists() {
         return Ok(());
     }
-    if rag::models::find(name_or_path).is_none() {
+    if !rag::models::is_known(name_or_path) {
         let known: Vec<String> = rag::models::manifest()
             .into_iter()
             .map(|m| m.name)
             .collect();
         return Err(missing_model(format!(
-            "model '{name_or_path}' is neither a model file nor a known model name (known: {})",
+            "model '{name_or_path}' is neither a model file, a Hub reference (hf.co/OWNER/REPO:QUANT) nor a known model name (known: {})",
             known.join(", ")
         )));
     }
