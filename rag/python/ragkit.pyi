@@ -131,6 +131,18 @@ class Answer:
     speculation: Speculation
     backend: str
     """Where the block graphs ran: ``cpu`` or ``qnn-htp``."""
+    candidates: list[Candidate]
+    """With ``samples`` > 1: every sample, the kept one among them (empty otherwise)."""
+
+class Candidate:
+    """One of several sampled answers."""
+
+    text: str
+    mean_logprob: float
+    """Mean log-probability per generated token (natural log)."""
+    votes: int
+    """Samples that agree with this one, itself included (0 when its answer did not count)."""
+    tokens: int
 
 class IndexSummary:
     """What one ``add_paths`` did."""
@@ -258,6 +270,9 @@ class Assistant:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: Optional[int] = None,
+        samples: int = 1,
+        select: str = "vote",
+        stop: Optional[list[str]] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Retrieve, prompt with numbered sources, and generate the answer.
@@ -266,6 +281,12 @@ class Assistant:
         from the tempered softmax cut to the ``top_p`` nucleus, reproducibly for a given
         ``seed`` (a fresh one when ``None``). Speculative decoding does not change a
         sampled answer: it equals plain sampled decoding with the same seed.
+
+        ``samples`` (1 to 16) answers are decoded together in one batch and ``select``
+        keeps one: ``"vote"`` (the answer most samples agree on) or ``"logprob"`` (the
+        most confident); all are in ``Answer.candidates``, and the kept text reaches
+        ``on_text`` in one piece. Sample 0 is the single answer with this ``seed``.
+        ``stop`` sequences end the answer (each sample) before the first occurrence.
 
         ``on_text(piece)`` receives the text as it is generated; returning ``False`` stops
         generation (the answer then has ``cancelled=True``). An exception it raises, or
@@ -345,12 +366,16 @@ class Assistant:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: Optional[int] = None,
+        samples: int = 1,
+        select: str = "vote",
+        stop: Optional[list[str]] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Answer over caller-supplied ``context`` (a UI agent's screen) instead of retrieval.
 
         ``system`` optionally replaces the system message. The context is data: it is
-        tokenized without special tokens. ``on_text`` works as in ``ask``.
+        tokenized without special tokens. ``on_text``, ``samples``, ``select`` and
+        ``stop`` work as in ``ask``.
         """
     def load_model(self) -> None:
         """Load the generation model now instead of on the first question."""

@@ -10,6 +10,7 @@ use npu_runtime::weights_cache::WeightsCache;
 use pyo3::prelude::*;
 use rag::assistant::{AskOptions, AssistantOptions, Sampling};
 use rag::engine::BackendChoice;
+use rag::select::Selector;
 use rag::{IndexOptions, Phase, SearchMode};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +50,35 @@ pub(crate) fn ask_options(
         max_tokens,
         sampling: sampling(sampler)?,
         ..AskOptions::default()
+    })
+}
+
+/// Most samples one answer may take (`samples`): the decode graphs' rows.
+const MAX_SAMPLES: usize = 16;
+
+/// `samples`, `select` and `stop` as Python passes them.
+fn with_samples(
+    opts: AskOptions,
+    samples: usize,
+    select: &str,
+    stop: Option<Vec<String>>,
+) -> PyResult<AskOptions> {
+    if !(1..=MAX_SAMPLES).contains(&samples) {
+        return Err(value_error(format!(
+            "samples must be between 1 and {MAX_SAMPLES}, not {samples}"
+        )));
+    }
+    let select = Selector::parse(select).ok_or_else(|| {
+        value_error(format!(
+            "select must be one of {:?}, not {select:?}",
+            Selector::NAMES
+        ))
+    })?;
+    Ok(AskOptions {
+        samples,
+        select,
+        stop: stop.unwrap_or_default(),
+        ..opts
     })
 }
 
@@ -150,7 +180,8 @@ impl Assistant {
     /// Retrieve, prompt with numbered sources, and generate the answer.
     #[pyo3(signature = (
         question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
-        temperature=0.0, top_p=1.0, seed=None, on_text=None
+        temperature=0.0, top_p=1.0, seed=None, samples=1, select="vote", stop=None,
+        on_text=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask(
@@ -164,6 +195,9 @@ impl Assistant {
         temperature: f32,
         top_p: f32,
         seed: Option<u64>,
+        samples: usize,
+        select: &str,
+        stop: Option<Vec<String>>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
         let opts = ask_options(
@@ -173,6 +207,7 @@ impl Assistant {
             max_tokens,
             (temperature, top_p, seed),
         )?;
+        let opts = with_samples(opts, samples, select, stop)?;
         let inner = &self.inner;
         let mut sink = TextSink::new(on_text.as_ref());
         let answer = py.detach(|| guarded(|| inner.ask(&question, &opts, &mut |p| sink.push(p))));
@@ -279,7 +314,7 @@ impl Assistant {
     /// Answer over caller-supplied context (a UI agent's screen) instead of retrieval.
     #[pyo3(signature = (
         question, context, system=None, *, max_tokens=256, temperature=0.0, top_p=1.0,
-        seed=None, on_text=None
+        seed=None, samples=1, select="vote", stop=None, on_text=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask_with_context(
@@ -292,6 +327,9 @@ impl Assistant {
         temperature: f32,
         top_p: f32,
         seed: Option<u64>,
+        samples: usize,
+        select: &str,
+        stop: Option<Vec<String>>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
         let opts = AskOptions {
@@ -299,6 +337,7 @@ impl Assistant {
             sampling: sampling((temperature, top_p, seed))?,
             ..AskOptions::default()
         };
+        let opts = with_samples(opts, samples, select, stop)?;
         let inner = &self.inner;
         let mut sink = TextSink::new(on_text.as_ref());
         let answer = py.detach(|| {

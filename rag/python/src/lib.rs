@@ -27,6 +27,7 @@ fn ragkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::Speculation>()?;
     m.add_class::<types::Switching>()?;
     m.add_class::<types::Answer>()?;
+    m.add_class::<types::Candidate>()?;
     m.add_class::<types::IndexSummary>()?;
     Ok(())
 }

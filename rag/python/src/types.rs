@@ -174,6 +174,28 @@ impl Speculation {
     }
 }
 
+/// One of several sampled answers (`samples=N`).
+#[pyclass(frozen, get_all, module = "ragkit")]
+#[derive(Clone)]
+pub struct Candidate {
+    pub text: String,
+    /// Mean log-probability per generated token (natural log).
+    pub mean_logprob: f64,
+    /// Samples that agree with this one (itself included; 0 when its answer did not count).
+    pub votes: usize,
+    pub tokens: usize,
+}
+
+#[pymethods]
+impl Candidate {
+    fn __repr__(&self) -> String {
+        format!(
+            "Candidate({:?}, votes={}, mean_logprob={:.3})",
+            self.text, self.votes, self.mean_logprob
+        )
+    }
+}
+
 /// A finished answer: text, cited sources, timings.
 #[pyclass(frozen, get_all, module = "ragkit")]
 #[derive(Clone)]
@@ -192,6 +214,8 @@ pub struct Answer {
     pub speculation: Speculation,
     /// Where the block graphs ran: `cpu` or `qnn-htp`.
     pub backend: String,
+    /// With `samples` > 1: every sample, the kept one among them.
+    pub candidates: Vec<Candidate>,
 }
 
 impl From<rag::assistant::Answer> for Answer {
@@ -228,6 +252,16 @@ impl From<rag::assistant::Answer> for Answer {
                 mean_accepted: a.speculation.mean_accepted,
             },
             backend: a.backend.to_owned(),
+            candidates: a
+                .candidates
+                .into_iter()
+                .map(|c| Candidate {
+                    text: c.text,
+                    mean_logprob: c.mean_logprob,
+                    votes: c.votes,
+                    tokens: c.tokens,
+                })
+                .collect(),
         }
     }
 }

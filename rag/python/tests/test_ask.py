@@ -199,3 +199,37 @@ def test_sampling_is_reproducible_by_seed_and_equals_the_cli(assistant, index_di
         assistant.ask(q, max_tokens=4, temperature=-1.0)
     with pytest.raises(ValueError):
         assistant.ask(q, max_tokens=4, top_p=0.0)
+
+
+def test_samples_keep_one_answer_and_equal_the_cli(assistant, index_dir, rag_bin):
+    q = "What does the warranty not cover?"
+    single = assistant.ask(q, max_tokens=16, temperature=1.0, seed=7)
+    assert single.candidates == []
+    pieces = []
+    many = assistant.ask(
+        q, max_tokens=16, temperature=1.0, seed=7, samples=4, on_text=pieces.append
+    )
+    assert len(many.candidates) == 4
+    assert many.candidates[0].text == single.answer
+    assert "".join(pieces).strip() == many.answer
+    top = max(c.votes for c in many.candidates)
+    assert any(c.text == many.answer and c.votes == top for c in many.candidates)
+    conf = assistant.ask(q, max_tokens=16, temperature=1.0, seed=7, samples=4, select="logprob")
+    best = max(c.mean_logprob for c in conf.candidates)
+    assert any(c.text == conf.answer and c.mean_logprob == best for c in conf.candidates)
+    cli = run_json(
+        rag_bin, "ask", q, "--index-dir", str(index_dir), "--model", MODEL,
+        "--max-tokens", "16", "--threads", "2", "--temperature", "1.0", "--seed", "7",
+        "--samples", "4",
+    )
+    assert [c["text"] for c in cli["candidates"]] == [c.text for c in many.candidates]
+    assert cli["answer"] == many.answer
+    cut = assistant.ask_with_context(
+        "Next action:", "<button id=1>OK</button>", max_tokens=16, temperature=1.0,
+        seed=7, samples=3, stop=[" "],
+    )
+    assert all(" " not in c.text for c in cut.candidates), cut.candidates
+    with pytest.raises(ValueError):
+        assistant.ask(q, max_tokens=4, samples=0)
+    with pytest.raises(ValueError):
+        assistant.ask(q, max_tokens=4, samples=2, select="best")
