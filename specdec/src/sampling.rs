@@ -121,10 +121,24 @@ impl Sampling {
         }
         let mut mass = total;
         if self.top_p < 1.0 {
+            let want = self.top_p as f64 * total;
+            // Only the nucleus needs sorting: if the candidates of weight >= NUCLEUS_FLOOR
+            // already reach `want`, the sorted prefix that reaches it lies among them (all
+            // of them sort before the rest), so sorting just those gives the same nucleus,
+            // in the same order, with the same sums. Otherwise sort everything.
+            let heavy: f64 = scratch
+                .iter()
+                .filter(|c| c.0 >= NUCLEUS_FLOOR)
+                .map(|c| c.0)
+                .sum();
+            // The margin covers the summation order: the sorted running sum of the heavy
+            // candidates then surely reaches `want` before they run out.
+            if heavy >= want * (1.0 + 1e-9) {
+                scratch.retain(|c| c.0 >= NUCLEUS_FLOOR);
+            }
             // Most likely first; ties to the lower id so the order is a function of
             // the logits alone.
             scratch.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            let want = self.top_p as f64 * total;
             let mut acc = 0.0;
             let mut keep = scratch.len();
             for (k, &(w, _)) in scratch.iter().enumerate() {
@@ -149,6 +163,10 @@ impl Sampling {
     }
 }
 
+/// Weight (relative to the most likely token's 1) below which a candidate rarely belongs
+/// to a top-p nucleus: the pre-filter of [`Sampling::pick`]'s sort.
+const NUCLEUS_FLOOR: f64 = 1e-4;
+
 fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -159,6 +177,70 @@ fn splitmix64(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Sampling::pick`] with the whole candidate list sorted (no nucleus pre-filter).
+    fn pick_full_sort(s: &Sampling, logits: &[f32], index: usize) -> u32 {
+        let best = argmax(logits);
+        let top = logits[best as usize] as f64;
+        let t = s.temperature as f64;
+        let mut c: Vec<(f64, u32)> = Vec::new();
+        let mut total = 0.0f64;
+        for (i, &l) in logits.iter().enumerate() {
+            let z = (l as f64 - top) / t;
+            if z >= -CUTOFF {
+                let w = z.exp();
+                total += w;
+                c.push((w, i as u32));
+            }
+        }
+        c.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let want = s.top_p as f64 * total;
+        let (mut acc, mut keep) = (0.0, c.len());
+        for (k, &(w, _)) in c.iter().enumerate() {
+            acc += w;
+            if acc >= want {
+                keep = k + 1;
+                break;
+            }
+        }
+        c.truncate(keep);
+        let mut target = s.uniform(index) * acc.min(total);
+        for &(w, id) in &c {
+            if target < w {
+                return id;
+            }
+            target -= w;
+        }
+        c.last().map_or(best, |&(_, id)| id)
+    }
+
+    #[test]
+    fn the_nucleus_prefilter_picks_what_a_full_sort_picks() {
+        let mut z = 99u64;
+        let mut next = || {
+            z = splitmix64(z);
+            (z >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut scratch = Vec::new();
+        for case in 0..300 {
+            let n = 50 + (next() * 3000.0) as usize;
+            // Flat, peaked and long-tailed rows; some exact ties.
+            let spread = [2.0, 8.0, 30.0][case % 3];
+            let logits: Vec<f32> = (0..n)
+                .map(|i| if i % 97 == 5 { 3.0 } else { (next() * spread) as f32 })
+                .collect();
+            let top_p = [0.5f32, 0.9, 0.95, 0.99, 0.999_99][case % 5];
+            let temperature = [0.3f32, 0.7, 1.0, 1.8][case % 4];
+            let s = Sampling::new(temperature, top_p, case as u64).unwrap();
+            for index in 0..8 {
+                assert_eq!(
+                    s.pick(&logits, index, &mut scratch),
+                    pick_full_sort(&s, &logits, index),
+                    "case {case} index {index}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn branch_zero_is_the_sampling_itself_and_others_differ() {
