@@ -3,7 +3,8 @@
 //! against the reference action. Reports action accuracy and per-step latency.
 //!
 //!     cargo run --release -p rag --example ui_agent -- [DATASET] [--limit N] [--every K]
-//!         [--skip N] [--model M] [--raw] [--samples N[,N...] [--temperature T] [--seed S]]
+//!         [--skip N] [--model M] [--raw] [--samples N[,N...] [--temperature T] [--seed S]
+//!         [--verify]]
 //!
 //! DATASET defaults to ../shared/data/ui/droidtask_ui.jsonl. `--every K` scores every K-th
 //! step (a spread over all 13 apps when time allows fewer than 560 steps); `--limit N` stops
@@ -21,7 +22,9 @@
 //! over the parsed actions or by mean log-probability. With a list (`--samples 1,4,16`)
 //! every step runs each N in turn (rotating the order), so the per-N latencies come from the
 //! same run. Sample b of N is the same for every N (its seed depends on b only), so the
-//! largest N's samples also score every smaller k, for both selectors.
+//! largest N's samples also score every smaller k, for both selectors. `--verify` makes
+//! every run keep its answer by the model's own judgement (`Selector::Verify`) and scores
+//! that selector too.
 
 use anyhow::{Context, Result};
 use rag::assistant::{Answer, AskOptions, Assistant, AssistantOptions, Sampling};
@@ -167,6 +170,7 @@ fn main() -> Result<()> {
     let mut model = rag::models::DEFAULT_MODEL.to_owned();
     let mut samples: Vec<usize> = Vec::new();
     let (mut temperature, mut seed) = (0.7f32, 1u64);
+    let mut verify = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--limit" => limit = args.next().context("--limit N")?.parse()?,
@@ -188,6 +192,7 @@ fn main() -> Result<()> {
             }
             "--temperature" => temperature = args.next().context("--temperature T")?.parse()?,
             "--seed" => seed = args.next().context("--seed S")?.parse()?,
+            "--verify" => verify = true,
             other => dataset = other.to_owned(),
         }
     }
@@ -216,7 +221,12 @@ fn main() -> Result<()> {
     ks.extend(samples.iter().copied());
     ks.sort_unstable();
     ks.dedup();
-    let mut k_correct = vec![[0usize; 2]; ks.len()];
+    let mut k_correct = vec![[0usize; 3]; ks.len()];
+    let run_select = if verify {
+        Selector::Verify
+    } else {
+        Selector::Vote
+    };
     let mut n_latency: Vec<Vec<f64>> = vec![Vec::new(); samples.len()];
     let mut per_app: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     let records = text.lines().filter(|l| !l.trim().is_empty());
@@ -274,6 +284,7 @@ fn main() -> Result<()> {
                     samples: n,
                     stop: vec!["\n".into()],
                     vote_key: Some(key.clone()),
+                    select: run_select,
                     ..ask.clone()
                 };
                 let mut widest: Option<Answer> = None;
@@ -302,23 +313,29 @@ fn main() -> Result<()> {
                         mean_logprob: 0.0,
                         votes: 1,
                         tokens: widest.tokens_generated,
+                        verify: None,
                     }]
                 } else {
                     widest.candidates.clone()
                 };
                 let reference_action = parse_action(reference, screen);
                 for (ki, &k) in ks.iter().enumerate() {
-                    for (si, sel) in [Selector::Vote, Selector::Logprob].into_iter().enumerate() {
+                    let sels: &[Selector] = if verify {
+                        &[Selector::Vote, Selector::Logprob, Selector::Verify]
+                    } else {
+                        &[Selector::Vote, Selector::Logprob]
+                    };
+                    for (si, &sel) in sels.iter().enumerate() {
                         let mut first = cands[..k].to_vec();
                         let pick = select::select(&mut first, sel, Some(&key));
                         let got = parse_action(&first[pick].text, screen);
                         k_correct[ki][si] += usize::from(got.is_some() && got == reference_action);
                         // Each N's own run kept what a vote over the widest run's first N keeps.
-                        if sel == Selector::Vote && k > 1 {
+                        if sel == run_select && k > 1 {
                             for (n, answer) in &chosen {
                                 anyhow::ensure!(
                                     *n != k || *answer == first[pick].text,
-                                    "step {steps}: {n} samples kept {answer:?}, the widest run's first {n} vote {:?}",
+                                    "step {steps}: {n} samples kept {answer:?}, the widest run's first {n} choose {:?}",
                                     first[pick].text
                                 );
                             }
@@ -353,8 +370,17 @@ fn main() -> Result<()> {
         println!("samples at temperature {temperature}, top-p 0.95, seed {seed} + step; accuracy of k samples (the first k of {max_n}):");
         for (ki, &k) in ks.iter().enumerate() {
             let pct = |c: usize| 100.0 * c as f64 / steps.max(1) as f64;
+            let judged = if verify {
+                format!(
+                    ", verify {:.1}% ({}/{steps})",
+                    pct(k_correct[ki][2]),
+                    k_correct[ki][2]
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "  k = {k:>2}: vote {:.1}% ({}/{steps}), logprob {:.1}% ({}/{steps})",
+                "  k = {k:>2}: vote {:.1}% ({}/{steps}), logprob {:.1}% ({}/{steps}){judged}",
                 pct(k_correct[ki][0]),
                 k_correct[ki][0],
                 pct(k_correct[ki][1]),

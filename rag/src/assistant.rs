@@ -907,8 +907,17 @@ impl Assistant {
                     mean_logprob: o.mean_logprob(),
                     votes: 0,
                     tokens: o.tokens.len(),
+                    verify: None,
                 })
                 .collect();
+            if opts.select == Selector::Verify {
+                verify_candidates(&mut *st.session, llm, messages, &prompt, &mut candidates)
+                    .map_err(|e| {
+                        st.committed.clear();
+                        let _ = st.session.truncate(0);
+                        anyhow!("verifying the samples failed: {e}")
+                    })?;
+            }
             let chosen = select::select(&mut candidates, opts.select, opts.vote_key.as_ref());
             text = candidates[chosen].text.clone();
             first_token_ms = ms(started);
@@ -1071,6 +1080,71 @@ impl Assistant {
             candidates,
         })
     }
+}
+
+/// The question [`Selector::Verify`] asks after each sampled answer.
+const VERIFY_QUESTION: &str =
+    "Is your answer above correct and complete? Reply with Yes or No only.";
+
+/// Scores each distinct candidate with the model's log-odds of "Yes" over "No" when asked
+/// [`VERIFY_QUESTION`] after it; `session` holds `prompt` committed and keeps it so.
+fn verify_candidates(
+    session: &mut dyn Engine,
+    llm: &Llm,
+    messages: &[ChatMessage],
+    prompt: &[u32],
+    candidates: &mut [Candidate],
+) -> Result<()> {
+    let tokenizer = llm.model.tokenizer();
+    let first_id = |w: &str| -> Result<u32> {
+        tokenizer
+            .encode(w, false)?
+            .first()
+            .copied()
+            .with_context(|| format!("`{w}` encodes to no token"))
+    };
+    let (yes, no) = (first_id("Yes")?, first_id("No")?);
+    let mut scored: Vec<(String, f64)> = Vec::new();
+    let mut out = specdec::PrefillOut::default();
+    // Rows past the prompt's longest prefix shared with every question are overwritten.
+    let mut intact = prompt.len();
+    for c in candidates.iter_mut() {
+        if let Some(&(_, s)) = scored.iter().find(|(t, _)| *t == c.text) {
+            c.verify = Some(s);
+            continue;
+        }
+        let mut asked = messages.to_vec();
+        asked.push(ChatMessage {
+            role: "assistant".into(),
+            content: c.text.clone(),
+        });
+        asked.push(ChatMessage {
+            role: "user".into(),
+            content: VERIFY_QUESTION.into(),
+        });
+        let tokens = llm
+            .model
+            .chat_template()
+            .encode_chat(tokenizer, &asked, true)?;
+        let common = prompt_head::common_prefix(prompt, &tokens).min(tokens.len() - 1);
+        anyhow::ensure!(
+            tokens.len() < session.kv_capacity(),
+            "the verification prompt does not fit the context"
+        );
+        intact = intact.min(common);
+        session.truncate(common)?;
+        session.prefill(&tokens[common..], 0, &mut out)?;
+        let (Some(&y), Some(&n)) = (out.logits.get(yes as usize), out.logits.get(no as usize))
+        else {
+            anyhow::bail!("the engine returned no logits to score the answer");
+        };
+        let s = (y - n) as f64;
+        c.verify = Some(s);
+        scored.push((c.text.clone(), s));
+    }
+    // Back to the part of the prompt still in the cache.
+    session.truncate(session.n_past().min(intact))?;
+    Ok(())
 }
 
 /// What a generation produced, whichever path ran.

@@ -14,15 +14,20 @@ pub enum Selector {
     Vote,
     /// The sample with the highest mean log-probability per token.
     Logprob,
+    /// The sample the model itself judges best: asked after each distinct answer whether
+    /// it is correct, the one with the highest log-odds of "Yes" over "No"
+    /// ([`Candidate::verify`], scored by the assistant; one short prefill per answer).
+    Verify,
 }
 
 impl Selector {
-    pub const NAMES: [&'static str; 2] = ["vote", "logprob"];
+    pub const NAMES: [&'static str; 3] = ["vote", "logprob", "verify"];
 
     pub fn parse(s: &str) -> Option<Selector> {
         match s {
             "vote" => Some(Selector::Vote),
             "logprob" => Some(Selector::Logprob),
+            "verify" => Some(Selector::Verify),
             _ => None,
         }
     }
@@ -31,6 +36,7 @@ impl Selector {
         match self {
             Selector::Vote => "vote",
             Selector::Logprob => "logprob",
+            Selector::Verify => "verify",
         }
     }
 }
@@ -59,6 +65,10 @@ pub struct Candidate {
     pub votes: usize,
     /// Tokens generated for it.
     pub tokens: usize,
+    /// The model's log-odds of "Yes" over "No" when asked whether this answer is correct
+    /// (with [`Selector::Verify`] only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<f64>,
 }
 
 /// The vote key of plain text answers: lower case, citation marks (`[2]`) dropped, runs of
@@ -125,6 +135,17 @@ pub fn select(cands: &mut [Candidate], selector: Selector, key: Option<&VoteKey>
     let by_logprob = || most_confident(&|_| true).unwrap_or(0);
     match selector {
         Selector::Logprob => by_logprob(),
+        Selector::Verify => {
+            let best = cands
+                .iter()
+                .filter_map(|c| c.verify)
+                .fold(f64::NEG_INFINITY, f64::max);
+            if best == f64::NEG_INFINITY {
+                return by_logprob();
+            }
+            // Among the best judged, the most confident.
+            most_confident(&|i| cands[i].verify == Some(best)).unwrap_or(0)
+        }
         Selector::Vote => {
             let top = cands.iter().map(|c| c.votes).max().unwrap_or(0);
             if top == 0 {
@@ -148,6 +169,7 @@ mod tests {
                 mean_logprob: lp,
                 votes: 0,
                 tokens: 1,
+                verify: None,
             })
             .collect()
     }
@@ -205,6 +227,17 @@ mod tests {
         }));
         let mut c = cands(&[("tap 3 now", -0.9), ("swipe", -0.1), ("tap 3", -0.5)]);
         assert_eq!(select(&mut c, Selector::Vote, Some(&first_word)), 2);
+    }
+
+    #[test]
+    fn verify_keeps_the_best_judged_answer_else_the_most_confident() {
+        let mut c = cands(&[("a", -0.1), ("b", -0.9), ("c", -0.5), ("d", -0.2)]);
+        for (c, v) in c.iter_mut().zip([Some(-1.0), Some(2.0), Some(2.0), None]) {
+            c.verify = v;
+        }
+        assert_eq!(select(&mut c, Selector::Verify, None), 2);
+        c.iter_mut().for_each(|c| c.verify = None);
+        assert_eq!(select(&mut c, Selector::Verify, None), 0);
     }
 
     #[test]

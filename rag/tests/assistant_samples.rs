@@ -129,3 +129,46 @@ fn stop_sequences_end_every_answer_before_them() {
         m.candidates
     );
 }
+
+#[test]
+fn verify_keeps_the_answer_the_model_judges_best_and_leaves_the_session_sound() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = sample_assistant(dir.path());
+    let greedy = AskOptions {
+        max_tokens: 12,
+        mode: SearchMode::Bm25,
+        ..AskOptions::default()
+    };
+    let before = a.ask(Q, &greedy, &mut |_| true).unwrap();
+    let mut v = opts(4, 9);
+    v.select = Selector::Verify;
+    let judged = a.ask(Q, &v, &mut |_| true).unwrap();
+    let scores: Vec<f64> = judged
+        .candidates
+        .iter()
+        .map(|c| c.verify.expect("every sample scored"))
+        .collect();
+    let best = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert!(judged
+        .candidates
+        .iter()
+        .any(|c| c.text == judged.answer && c.verify == Some(best)));
+    // One score per distinct answer.
+    for x in &judged.candidates {
+        for y in judged.candidates.iter().filter(|y| y.text == x.text) {
+            assert_eq!(x.verify, y.verify);
+        }
+    }
+    // The same samples as without verification: only the choice differs.
+    let voted = a.ask(Q, &opts(4, 9), &mut |_| true).unwrap();
+    let texts = |a: &rag::assistant::Answer| -> Vec<String> {
+        a.candidates.iter().map(|c| c.text.clone()).collect()
+    };
+    assert_eq!(texts(&judged), texts(&voted));
+    // The KV the verification prompts wrote is not taken for the next question's.
+    let after = a.ask(Q, &greedy, &mut |_| true).unwrap();
+    assert_eq!(after.answer, before.answer);
+}

@@ -227,7 +227,13 @@ mod tests {
             // Flat, peaked and long-tailed rows; some exact ties.
             let spread = [2.0, 8.0, 30.0][case % 3];
             let logits: Vec<f32> = (0..n)
-                .map(|i| if i % 97 == 5 { 3.0 } else { (next() * spread) as f32 })
+                .map(|i| {
+                    if i % 97 == 5 {
+                        3.0
+                    } else {
+                        (next() * spread) as f32
+                    }
+                })
                 .collect();
             let top_p = [0.5f32, 0.9, 0.95, 0.99, 0.999_99][case % 5];
             let temperature = [0.3f32, 0.7, 1.0, 1.8][case % 4];
