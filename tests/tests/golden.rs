@@ -260,6 +260,22 @@ fn qwen05_prompt_logits_with_f16_cache_match_exact_f64_reference() {
     check_f64("qwen2.5-coder-0.5b", 0.6, 0.1, KvPrecision::F16);
 }
 
+/// The default model of `rag ask`. Ignored: fails at prompt position 0 (first token), where
+/// both engines are ~6 logits from the exact reference: ours max 6.447 / mean 0.295,
+/// llama.cpp max 6.450 / mean 0.225 (positions 1.. within 0.7 for llama.cpp).
+#[test]
+#[ignore = "position 0 is ~6.4 logits from the f64 reference for ours and llama.cpp alike (tests/README.md)"]
+fn qwen15_prompt_logits_match_exact_f64_reference() {
+    check_f64("qwen2.5-coder-1.5b", 0.45, 0.1, KvPrecision::F32);
+}
+
+/// The default model with the f16 cache: ours max 6.468 / mean 0.308 (llama.cpp as above).
+#[test]
+#[ignore = "position 0 is ~6.4 logits from the f64 reference for ours and llama.cpp alike (tests/README.md)"]
+fn qwen15_prompt_logits_with_f16_cache_match_exact_f64_reference() {
+    check_f64("qwen2.5-coder-1.5b", 0.6, 0.1, KvPrecision::F16);
+}
+
 fn check_f64(name: &str, tol: f32, mean_tol: f64, kv_precision: KvPrecision) {
     let Some(path) = model_file(name) else { return };
     let model = Model::load(&path, &LoadOptions::with_threads(2)).unwrap();
