@@ -1,7 +1,7 @@
 //! Golden test: our greedy generations and prompt top-5 predictions against llama.cpp
 //! (fixtures made by tests/fixtures/golden/make_golden.py from the same GGUF files).
 //!
-//! Criterion (both models, every prompt; the measurements behind it are in
+//! Criterion (every model, every prompt; the measurements behind it are in
 //! tests/README.md):
 //! - prompt positions: llama.cpp's top-1 id is in our top-5 and our top-1 is in its top-5
 //!   everywhere; the top-5 id sets are equal wherever llama.cpp's top-5 are separated by
@@ -25,10 +25,12 @@ use std::path::PathBuf;
 const LOGIT_TOL: f32 = 1.0;
 const ORDER_EPS: f32 = 1.0;
 /// Cases whose 64 greedy tokens equal llama.cpp's exactly (model, case id).
-const EXACT_CASES: [(&str, &str); 3] = [
+const EXACT_CASES: [(&str, &str); 5] = [
     ("qwen2.5-coder-0.5b", "plain_code"),
     ("qwen2.5-coder-0.5b", "plain_facts"),
     ("qwen2.5-coder-0.5b", "chat"),
+    ("qwen2.5-coder-1.5b", "plain_code"),
+    ("qwen2.5-coder-1.5b", "plain_facts"),
 ];
 /// At most this share of all teacher-forced steps of a model may be near-tie flips.
 const MAX_TIE_SHARE: f64 = 0.05;
@@ -38,7 +40,10 @@ const MAX_TIE_SHARE: f64 = 0.05;
 fn tie_eps(name: &str) -> f32 {
     match name {
         "smollm2-135m" => 0.58,
-        _ => 0.25,
+        "qwen2.5-coder-0.5b" => 0.25,
+        // Not measured for the 1.5B (llama_self.py): the 0.5B's, the stricter of the two.
+        "qwen2.5-coder-1.5b" => 0.25,
+        _ => panic!("{name}: no measured tie_eps"),
     }
 }
 
@@ -208,6 +213,16 @@ fn qwen05_matches_llama_cpp() {
     check_model("qwen2.5-coder-0.5b");
 }
 
+/// The default model of `rag ask`. Ignored: it fails the top-5 set criterion at chat
+/// prompt positions 26 and 28, where our 5th id and llama.cpp's (7213 / 319) swap at a
+/// near-tie (ours 8.770 vs llama.cpp 8.672; the fixture cannot show the 6th logit); every
+/// other check passes (tests/README.md).
+#[test]
+#[ignore = "top-5 set differs at a 5th/6th near-tie, chat positions 26 and 28 (tests/README.md)"]
+fn qwen15_matches_llama_cpp() {
+    check_model("qwen2.5-coder-1.5b");
+}
+
 /// Against the exact f64 evaluation (tests/fixtures/golden/make_f64_reference.py): every
 /// logit of the reference top-5 at every prompt position is within `F64_TOL` of ours, the
 /// mean deviation within `F64_MEAN_TOL` and no worse than llama.cpp's, and
@@ -243,6 +258,22 @@ fn smollm2_prompt_logits_with_f16_cache_match_exact_f64_reference() {
 #[test]
 fn qwen05_prompt_logits_with_f16_cache_match_exact_f64_reference() {
     check_f64("qwen2.5-coder-0.5b", 0.6, 0.1, KvPrecision::F16);
+}
+
+/// The default model of `rag ask`. Ignored: fails at prompt position 0 (first token), where
+/// both engines are ~6 logits from the exact reference: ours max 6.447 / mean 0.295,
+/// llama.cpp max 6.450 / mean 0.225 (positions 1.. within 0.7 for llama.cpp).
+#[test]
+#[ignore = "position 0 is ~6.4 logits from the f64 reference for ours and llama.cpp alike (tests/README.md)"]
+fn qwen15_prompt_logits_match_exact_f64_reference() {
+    check_f64("qwen2.5-coder-1.5b", 0.45, 0.1, KvPrecision::F32);
+}
+
+/// The default model with the f16 cache: ours max 6.468 / mean 0.308 (llama.cpp as above).
+#[test]
+#[ignore = "position 0 is ~6.4 logits from the f64 reference for ours and llama.cpp alike (tests/README.md)"]
+fn qwen15_prompt_logits_with_f16_cache_match_exact_f64_reference() {
+    check_f64("qwen2.5-coder-1.5b", 0.6, 0.1, KvPrecision::F16);
 }
 
 fn check_f64(name: &str, tol: f32, mean_tol: f64, kv_precision: KvPrecision) {
