@@ -30,8 +30,10 @@ pub struct Args {
     /// `--temperature 0` (the default) they use 0.7.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub samples: u16,
-    /// How to keep one of several samples: the answer most samples agree on (`vote`), or
-    /// the one the model is most confident in (`logprob`, mean log-probability).
+    /// How to keep one of several samples: the answer most samples agree on (`vote`), the
+    /// one the model is most confident in (`logprob`, mean log-probability), or the one
+    /// the model judges correct when asked after each (`verify`, one short prefill per
+    /// distinct answer).
     #[arg(long, default_value = "vote", value_parser = Selector::NAMES)]
     pub select: String,
     #[command(flatten)]

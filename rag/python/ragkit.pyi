@@ -143,6 +143,8 @@ class Candidate:
     votes: int
     """Samples that agree with this one, itself included (0 when its answer did not count)."""
     tokens: int
+    verify: Optional[float]
+    """With ``select="verify"``: the model's log-odds of "Yes" over "No" for this answer."""
 
 class IndexSummary:
     """What one ``add_paths`` did."""
@@ -283,8 +285,9 @@ class Assistant:
         sampled answer: it equals plain sampled decoding with the same seed.
 
         ``samples`` (1 to 16) answers are decoded together in one batch and ``select``
-        keeps one: ``"vote"`` (the answer most samples agree on) or ``"logprob"`` (the
-        most confident); all are in ``Answer.candidates``, and the kept text reaches
+        keeps one: ``"vote"`` (the answer most samples agree on), ``"logprob"`` (the
+        most confident) or ``"verify"`` (the one the model judges correct when asked
+        after each); all are in ``Answer.candidates``, and the kept text reaches
         ``on_text`` in one piece. Sample 0 is the single answer with this ``seed``.
         ``stop`` sequences end the answer (each sample) before the first occurrence.
 

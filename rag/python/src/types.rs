@@ -184,6 +184,8 @@ pub struct Candidate {
     /// Samples that agree with this one (itself included; 0 when its answer did not count).
     pub votes: usize,
     pub tokens: usize,
+    /// With `select="verify"`: the model's log-odds of "Yes" over "No" for this answer.
+    pub verify: Option<f64>,
 }
 
 #[pymethods]
@@ -260,6 +262,7 @@ impl From<rag::assistant::Answer> for Answer {
                     mean_logprob: c.mean_logprob,
                     votes: c.votes,
                     tokens: c.tokens,
+                    verify: c.verify,
                 })
                 .collect(),
         }
