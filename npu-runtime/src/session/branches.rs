@@ -9,7 +9,7 @@
 
 use super::{GenerationStats, Session, StopReason};
 use crate::attention::TreeRoot;
-use crate::backend::{Backend, LogitsRows, PAD_TOKEN};
+use crate::backend::{Backend, LogitsRows};
 use crate::error::{Result, RuntimeError};
 use crate::kernels::{detected, vector::softmax_exp_with_isa};
 use std::time::Instant;
@@ -37,13 +37,7 @@ impl<B: Backend> Session<B> {
                 tails.len()
             )));
         }
-        let shape = self.verify_shape_for(n).filter(|_| n > 0).ok_or_else(|| {
-            RuntimeError::InvalidInput(format!(
-                "branch batch of {n} tokens: must be 1..={}",
-                self.opts.max_verify
-            ))
-        })?;
-        self.check_tokens(tokens)?;
+        let shape = self.decode_batch_shape("branch", tokens)?;
         let held = self.held;
         if held + n > self.kv.free() {
             return Err(RuntimeError::Capacity(format!(
@@ -60,8 +54,7 @@ impl<B: Backend> Session<B> {
                 held_visible: tails[i],
                 depth: tails[i].len(),
             })?;
-        self.tokens[..n].copy_from_slice(tokens);
-        self.tokens[n..shape].fill(PAD_TOKEN);
+        self.stage_tokens(tokens, shape);
         self.run_with_head(shape, LogitsRows::All, None)?;
         self.held = held + n;
         let v = self.model.vocab_size();

@@ -458,25 +458,38 @@ impl<B: Backend> Session<B> {
                 parents.len()
             )));
         }
-        let shape = self.verify_shape_for(n).filter(|_| n > 0).ok_or_else(|| {
-            RuntimeError::InvalidInput(format!(
-                "tree batch of {n} tokens: must be 1..={}",
-                self.opts.max_verify
-            ))
-        })?;
-        self.check_tokens(tokens)?;
+        let shape = self.decode_batch_shape("tree", tokens)?;
         self.held = 0;
         self.check_room(n)?;
         self.ensure_decode_forms()?;
         self.last_batch = 0;
         self.mask.set_tree(parents)?;
-        self.tokens[..n].copy_from_slice(tokens);
-        self.tokens[n..shape].fill(PAD_TOKEN);
+        self.stage_tokens(tokens, shape);
         self.run_with_head(shape, LogitsRows::All, argmax)?;
         self.last_parents.clear();
         self.last_parents.extend_from_slice(parents);
         self.last_batch = n;
         Ok(())
+    }
+
+    /// The decode/verify graph shape for a batch of `tokens` (`what`: the batch's kind, for
+    /// the error), after checking the ids.
+    fn decode_batch_shape(&self, what: &str, tokens: &[u32]) -> Result<usize> {
+        let n = tokens.len();
+        let shape = self.verify_shape_for(n).filter(|_| n > 0).ok_or_else(|| {
+            RuntimeError::InvalidInput(format!(
+                "{what} batch of {n} tokens: must be 1..={}",
+                self.opts.max_verify
+            ))
+        })?;
+        self.check_tokens(tokens)?;
+        Ok(shape)
+    }
+
+    /// Puts `tokens` in the input rows of a `shape`-row graph, padding the rest.
+    fn stage_tokens(&mut self, tokens: &[u32], shape: usize) {
+        self.tokens[..tokens.len()].copy_from_slice(tokens);
+        self.tokens[tokens.len()..shape].fill(PAD_TOKEN);
     }
 
     /// Keep the KV rows of the last batch's nodes `path` (root-to-leaf) as positions
