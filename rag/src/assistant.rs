@@ -1087,7 +1087,8 @@ const VERIFY_QUESTION: &str =
     "Is your answer above correct and complete? Reply with Yes or No only.";
 
 /// Scores each distinct candidate with the model's log-odds of "Yes" over "No" when asked
-/// [`VERIFY_QUESTION`] after it; `session` holds `prompt` committed and keeps it so.
+/// [`VERIFY_QUESTION`] after it. `session` holds `prompt` committed; afterwards it holds the
+/// longest prefix of `prompt` that every verification prompt shares (usually all of it).
 fn verify_candidates(
     session: &mut dyn Engine,
     llm: &Llm,
