@@ -299,6 +299,9 @@ pub struct BuiltPrompt {
     pub messages: Vec<ChatMessage>,
     /// Their token ids with the model's chat template applied (generation prompt included).
     pub tokens: Vec<u32>,
+    /// The chat template's rendering of `messages` (what `tokens` encode; another engine
+    /// given this text with special tokens parsed should get the same ids).
+    pub text: String,
     /// The sources that fit the budget, in citation order.
     pub sources: Vec<Source>,
 }
@@ -460,13 +463,13 @@ impl Assistant {
         let hits = self.index.search(question, opts.top_k, opts.mode)?;
         let llm = self.llm()?;
         let (messages, sources) = cited_prompt(&llm, question, &hits, opts);
-        let tokens =
-            llm.model
-                .chat_template()
-                .encode_chat(llm.model.tokenizer(), &messages, true)?;
+        let template = llm.model.chat_template();
+        let tokens = template.encode_chat(llm.model.tokenizer(), &messages, true)?;
+        let text = template.render(&messages, true)?;
         Ok(BuiltPrompt {
             messages,
             tokens,
+            text,
             sources,
         })
     }

@@ -293,7 +293,7 @@ fn bench_text_tokens(model: &Model) -> Result<Vec<u32>> {
     Ok(toks)
 }
 
-fn peak_rss_mb() -> f64 {
+pub(crate) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

@@ -178,7 +178,7 @@ fn file_name(p: &Path) -> String {
 }
 
 /// The script beside this crate in a source checkout.
-fn peer_script(name: &str) -> Result<PathBuf> {
+pub(crate) fn peer_script(name: &str) -> Result<PathBuf> {
     let candidates = [
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../scripts/peers")

@@ -6,6 +6,7 @@
 mod bench_report;
 mod cmd_bench_answers;
 mod cmd_bench_conversations;
+mod cmd_bench_e2e;
 mod cmd_bench_model;
 mod cmd_bench_peer;
 mod cmd_bench_prefill;
@@ -41,6 +42,8 @@ enum BenchCmd {
     Retrieval(cmd_bench_retrieval::Args),
     /// End-to-end answer quality per model on the sample corpus.
     Answers(cmd_bench_answers::Args),
+    /// Whole answers of `rag ask` against llama.cpp on the same prompts (TTFT, answer time).
+    E2e(cmd_bench_e2e::Args),
     /// Follow-up questions: search-query strategies on two-turn conversations.
     Conversations(cmd_bench_conversations::Args),
 }
@@ -61,6 +64,7 @@ fn main() {
         BenchCmd::Prefill(a) => cmd_bench_prefill::run(a),
         BenchCmd::Retrieval(a) => cmd_bench_retrieval::run(a),
         BenchCmd::Answers(a) => cmd_bench_answers::run(a),
+        BenchCmd::E2e(a) => cmd_bench_e2e::run(a),
         BenchCmd::Conversations(a) => cmd_bench_conversations::run(a),
     };
     if let Err(e) = result {

@@ -44,6 +44,7 @@ fn help_lists_every_benchmark() {
         "retrieval",
         "answers",
         "conversations",
+        "e2e",
     ] {
         assert!(
             help.lines().any(|l| l.trim_start().starts_with(cmd)),
@@ -160,4 +161,43 @@ fn model_json_has_the_documented_fields() {
         "{:?}",
         files_in(dir.path())
     );
+}
+
+#[test]
+fn e2e_refuses_a_peer_that_tokenizes_the_prompt_differently() {
+    for model in ["smollm2-135m", rag::models::DEFAULT_EMBEDDER] {
+        if rag::models::resolve(model).is_err() {
+            assert!(
+                std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1"),
+                "{model} is missing: run scripts/fetch-model.sh {model}"
+            );
+            return;
+        }
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().unwrap();
+    let peer = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/byte_tokenizer_peer.py");
+    let corpus = repo.join("examples/sample-corpus");
+    let questions = repo.join("bench/answers/questions.jsonl");
+    let args = [
+        "e2e",
+        "--python",
+        "python3",
+        "--peer-script",
+        peer.to_str().unwrap(),
+        "--model",
+        "smollm2-135m",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--questions",
+        questions.to_str().unwrap(),
+    ];
+    let out = bench(dir.path(), &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "compared anyway: {err}");
+    assert!(
+        err.contains("tokenize the prompt differently at token 0"),
+        "{err}"
+    );
+    assert!(!err.contains("went past"), "{err}");
 }
