@@ -19,7 +19,6 @@ use graphs::gguf::GgufFile;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -87,7 +86,11 @@ pub fn run(args: Args) -> Result<()> {
         measured.push((file, ours, peer));
     }
     let Probes {
-        bw, peak, count, ..
+        bw,
+        bw_pattern,
+        peak,
+        count,
+        ..
     } = probes;
     let peak_text = match peak {
         Some(p) => format!(
@@ -116,8 +119,12 @@ pub fn run(args: Args) -> Result<()> {
          (ours, llama.cpp, ...), best round per engine, each measurement the median of {} \
          repetitions (the verify curve's: of {} rounds in which the sizes take turns). \
          {ours_text}{kv_text}llama.cpp is llama-cpp-python 0.3.36 ({}) in a virtualenv \
-         outside the repo. Memory read bandwidth measured in this run: {bw:.1} GB/s (best of \
-         {count} probes, one before every round); {peak_text}. Decode rows feed fixed \
+         outside the repo. Memory read bandwidth measured in this run: {bw:.1} GB/s ({bw_pattern}; the best \
+         read pattern of {count} probes, one before every round, each trying every thread \
+         count up to the run's, one or two streams per thread, 4 KiB and huge pages over \
+         1 GiB); {peak_text}. A decode step's floor counts the bytes it must read: every \
+         weight once (the LM head's screen instead of the head on greedy rows when it has \
+         one) plus, at depth 1000, the K and V rows of our cache. Decode rows feed fixed \
          pseudo-random tokens and compute all logits in both engines; the greedy rows \
          continue the bundled sample corpus with the model's own argmax, as `rag ask` does, \
          where ours takes the screened LM head if the model has one (a Q8_0 head of 64M+ \
@@ -130,11 +137,13 @@ pub fn run(args: Args) -> Result<()> {
         args.peer_build
     );
     for (file, ours, peer) in measured {
-        let floors = Floors::of(file, bw, peak)?;
+        let floors = Floors::of(file, bw, peak, kv_bytes_per_elem(&args.kv_cache))?;
         body.push_str(&table(file, &ours, &peer, &floors));
         results.push(json!({
             "model": file_name(file),
             "weight_bytes_per_token": floors.decode_bytes,
+            "greedy_weight_bytes_per_token": floors.greedy_bytes,
+            "kv_bytes_per_position": floors.kv_bytes_per_position,
             "ours": ours,
             "llamacpp": peer,
         }));
@@ -160,7 +169,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         println!(
             "{}",
-            json!({"threads": args.threads, "bandwidth_gbs": bw,
+            json!({"threads": args.threads, "bandwidth_gbs": bw, "bandwidth_pattern": bw_pattern,
                 "isa": npu_runtime::kernels::detected().name(),
                 "int8_peak_gmacs": peak.map(|p| p / 1e9), "files": results})
         );
@@ -226,8 +235,9 @@ fn requantized(args: &Args, base: &Path, ty: &str) -> Result<PathBuf> {
 /// gives, so each keeps its best reading.
 struct Probes {
     threads: usize,
-    /// Memory read bandwidth, GB/s.
+    /// Memory read bandwidth, GB/s, and the read pattern that reached it.
     bw: f64,
+    bw_pattern: String,
     /// int8 multiply-accumulates per second (`None` without an int8 SIMD path).
     peak: Option<f64>,
     count: usize,
@@ -238,6 +248,7 @@ impl Probes {
         let mut p = Probes {
             threads,
             bw: 0.0,
+            bw_pattern: String::new(),
             peak: None,
             count: 0,
         };
@@ -246,15 +257,19 @@ impl Probes {
     }
 
     fn probe(&mut self) {
-        let bw = read_bandwidth_gbs(self.threads);
+        let read = crate::bandwidth::best_read(self.threads);
+        let bw = read.gbs;
         let peak = npu_runtime::kernels::peak::int8_macs_per_sec(self.threads, 3);
         eprintln!(
-            "probe {}: memory read bandwidth ({} threads) {bw:.1} GB/s, int8 peak {}",
+            "probe {}: memory read bandwidth {bw:.1} GB/s ({}), int8 peak {}",
             self.count + 1,
-            self.threads,
+            read.describe(),
             peak.map_or("n/a".to_owned(), |p| format!("{:.0} G MAC/s", p / 1e9))
         );
-        self.bw = self.bw.max(bw);
+        if bw > self.bw {
+            self.bw = bw;
+            self.bw_pattern = read.describe();
+        }
         self.peak = match (self.peak, peak) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -358,13 +373,28 @@ fn best(prev: Option<Value>, new: Value) -> Value {
     acc
 }
 
+/// Bytes per K or V element of our cache.
+fn kv_bytes_per_elem(kv_cache: &str) -> u64 {
+    if kv_cache == "f16" {
+        2
+    } else {
+        4
+    }
+}
+
 /// What the hardware allows for this file.
 struct Floors {
     /// Weight bytes one decode step must read (the LM head included; the embedding table
     /// only when it doubles as the LM head).
     decode_bytes: u64,
-    /// Decode-step floor in ms at the measured bandwidth.
-    decode_ms: f64,
+    /// The same on greedy rows, where a screened LM head reads its coarse Q5_0 copy
+    /// (22 bytes per 32 weights against Q8_0's 34) instead of the head; the few rows the
+    /// screen keeps are not counted. Equal to `decode_bytes` without a screen.
+    greedy_bytes: u64,
+    /// K and V bytes per past position of our cache (every layer).
+    kv_bytes_per_position: u64,
+    /// The measured read bandwidth, GB/s.
+    bw_gbs: f64,
     /// Multiply-accumulates per prefill token (every matmul weight except the LM head, which
     /// prefill applies to the last token only).
     prefill_macs_per_token: f64,
@@ -373,11 +403,17 @@ struct Floors {
 }
 
 impl Floors {
-    fn of(file: &Path, bw_gbs: f64, int8_peak_macs: Option<f64>) -> Result<Floors> {
+    fn of(
+        file: &Path,
+        bw_gbs: f64,
+        int8_peak_macs: Option<f64>,
+        kv_elem_bytes: u64,
+    ) -> Result<Floors> {
         let g = GgufFile::open(file).with_context(|| format!("reading {}", file.display()))?;
         let tied = g.tensor("output.weight").is_none();
         let mut bytes = 0u64;
         let mut macs = 0u64;
+        let mut head_saving = 0u64;
         for t in g.tensors() {
             let is_embd = t.name == "token_embd.weight";
             let is_head = t.name == "output.weight" || (tied && is_embd);
@@ -387,14 +423,50 @@ impl Floors {
             if t.dims.len() >= 2 && !is_embd && !is_head {
                 macs += t.n_elements();
             }
+            let q8_0 = t.ggml_type == graphs::quant::GgmlType::Q8_0;
+            let screened = is_head
+                && q8_0
+                && t.n_elements() >= npu_runtime::kernels::screen::MIN_SCREENED_WEIGHTS as u64;
+            if screened {
+                head_saving = t.n_bytes as u64 - t.n_elements() / 32 * 22;
+            }
         }
+        let arch = g.get_str("general.architecture").unwrap_or("llama");
+        let key = |k: &str| g.get_u64(&format!("{arch}.{k}"));
+        let layers = key("block_count").unwrap_or(0);
+        let heads = key("attention.head_count").unwrap_or(1).max(1);
+        let kv_heads = key("attention.head_count_kv").unwrap_or(heads);
+        let head_dim = key("attention.key_length")
+            .unwrap_or_else(|| key("embedding_length").unwrap_or(0) / heads);
         Ok(Floors {
             decode_bytes: bytes,
-            decode_ms: bytes as f64 / (bw_gbs * 1e9) * 1e3,
+            greedy_bytes: bytes - head_saving,
+            kv_bytes_per_position: 2 * layers * kv_heads * head_dim * kv_elem_bytes,
+            bw_gbs,
             prefill_macs_per_token: macs as f64,
             int8_peak_macs,
         })
     }
+
+    /// Bytes a decode step at `depth` past positions reads.
+    fn step_bytes(&self, depth: u64, greedy: bool) -> u64 {
+        let weights = if greedy {
+            self.greedy_bytes
+        } else {
+            self.decode_bytes
+        };
+        weights + depth * self.kv_bytes_per_position
+    }
+
+    /// The step's floor in ms at the measured bandwidth.
+    fn step_ms(&self, depth: u64, greedy: bool) -> f64 {
+        self.step_bytes(depth, greedy) as f64 / (self.bw_gbs * 1e9) * 1e3
+    }
+}
+
+/// A decode row's depth key ("0", "1000") as a number.
+fn depth(key: &str) -> u64 {
+    key.parse().unwrap_or(0)
 }
 
 fn get(v: &Value, key: &str, sub: &str) -> f64 {
@@ -407,12 +479,15 @@ fn get(v: &Value, key: &str, sub: &str) -> f64 {
 fn table(file: &Path, ours: &Value, peer: &Value, floors: &Floors) -> String {
     let mut s = format!(
         "### {}\n\nDecode floor: {:.0} MB of weights per token at the measured bandwidth = \
-         {:.1} ms/token ({:.1} tok/s). Prefill work: {:.2} G multiply-accumulates per token.\n\n\
+         {:.1} ms/token ({:.1} tok/s); {:.0} MB on greedy rows; our cache adds {:.1} MB per \
+         1000 positions. Prefill work: {:.2} G multiply-accumulates per token.\n\n\
          | metric | ours | llama.cpp | ratio | ours against the floor |\n|---|---|---|---|---|\n",
         file_name(file),
         floors.decode_bytes as f64 / 1e6,
-        floors.decode_ms,
-        1e3 / floors.decode_ms,
+        floors.step_ms(0, false),
+        1e3 / floors.step_ms(0, false),
+        floors.greedy_bytes as f64 / 1e6,
+        floors.kv_bytes_per_position as f64 * 1000.0 / 1e6,
         floors.prefill_macs_per_token / 1e9,
     );
     for t in ["128", "512"] {
@@ -429,9 +504,9 @@ fn table(file: &Path, ours: &Value, peer: &Value, floors: &Floors) -> String {
     }
     for d in ["0", "1000"] {
         let (a, b) = (get(ours, "decode_tok_s", d), get(peer, "decode_tok_s", d));
-        let share = a * floors.decode_ms / 1e3 * 100.0;
+        let share = a * floors.step_ms(depth(d), false) / 1e3 * 100.0;
         s.push_str(&format!(
-            "| decode depth {d} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {share:.0}% of bandwidth |\n",
+            "| decode depth {d} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {share:.0}% of the floor |\n",
             a / b
         ));
     }
@@ -445,9 +520,9 @@ fn table(file: &Path, ours: &Value, peer: &Value, floors: &Floors) -> String {
         if a.is_nan() {
             continue;
         }
-        let share = a * floors.decode_ms / 1e3 * 100.0;
+        let share = a * floors.step_ms(depth(d), true) / 1e3 * 100.0;
         s.push_str(&format!(
-            "| greedy decode on text, depth {d} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {share:.0}% of bandwidth |\n",
+            "| greedy decode on text, depth {d} (tok/s) | {a:.1} | {b:.1} | {:.2}x | {share:.0}% of the floor |\n",
             a / b
         ));
     }
@@ -481,40 +556,6 @@ fn table(file: &Path, ours: &Value, peer: &Value, floors: &Floors) -> String {
     s
 }
 
-/// Streaming read bandwidth over a 512 MiB buffer split across `threads`, best of 3.
-fn read_bandwidth_gbs(threads: usize) -> f64 {
-    let words = 64usize << 20;
-    let buf: Vec<u64> = (0..words as u64).collect();
-    let chunk = words.div_ceil(threads);
-    let mut best = 0.0f64;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let total: u64 = std::thread::scope(|sc| {
-            let handles: Vec<_> = buf
-                .chunks(chunk)
-                .map(|c| sc.spawn(move || sum_words(c)))
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-        });
-        std::hint::black_box(total);
-        best = best.max((words * 8) as f64 / t.elapsed().as_secs_f64() / 1e9);
-    }
-    best
-}
-
-/// Eight independent accumulators so the loop is bound by loads, not by an add chain.
-fn sum_words(c: &[u64]) -> u64 {
-    let mut acc = [0u64; 8];
-    let mut it = c.chunks_exact(8);
-    for w in &mut it {
-        for (a, x) in acc.iter_mut().zip(w) {
-            *a = a.wrapping_add(*x);
-        }
-    }
-    let tail: u64 = it.remainder().iter().fold(0, |a, x| a.wrapping_add(*x));
-    acc.iter().fold(tail, |a, x| a.wrapping_add(*x))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,12 +580,6 @@ mod tests {
         assert_eq!(m["verify_ms"]["1"], 3.0);
         assert_eq!(m["verify_ms"]["8"], 7.0);
         assert_eq!(m["peak_rss_mb"], 100.0);
-    }
-
-    #[test]
-    fn word_sum_matches_a_plain_sum() {
-        let v: Vec<u64> = (0..1003).map(|i| i * 7919).collect();
-        assert_eq!(sum_words(&v), v.iter().sum::<u64>());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! struct; this file only dispatches. Results print to stdout; `--report FILE` also writes
 //! them as a section of a Markdown file.
 
+mod bandwidth;
 mod bench_report;
 mod cmd_bench_answers;
 mod cmd_bench_conversations;
