@@ -930,7 +930,7 @@ impl Assistant {
                 prefill_ms: stats.prefill_ms,
                 decode_ms: stats.decode_ms,
                 decode_tokens,
-                steps: (stats.decode_tok_s * stats.decode_ms / 1e3).round() as usize,
+                steps: stats.steps,
                 mean_accepted: 1.0,
                 mode: "samples",
             }
