@@ -872,7 +872,7 @@ impl Assistant {
         let should_stop = || stopped.get() || stopped_flag(&cancel);
         let room = st.session.kv_capacity() - prompt.len() - 1;
         let mut first_token_ms = 0.0;
-        let mut text = String::new();
+        let text;
         let mut candidates = Vec::new();
         let gen = if opts.samples > 1 {
             // Every sample's tokens are held in the KV cache until the end.
@@ -933,7 +933,7 @@ impl Assistant {
                 prefill_ms: stats.prefill_ms,
                 decode_ms: stats.decode_ms,
                 decode_tokens,
-                steps: (stats.decode_tok_s * stats.decode_ms / 1e3).round() as usize,
+                steps: stats.steps,
                 mean_accepted: 1.0,
                 mode: "samples",
             }
@@ -950,7 +950,6 @@ impl Assistant {
                     if first_token_ms == 0.0 {
                         first_token_ms = ms(started);
                     }
-                    text.push_str(&shown);
                     if !on_text(&shown) {
                         stopped.set(true);
                     }
@@ -974,11 +973,14 @@ impl Assistant {
                     return Err(anyhow!("generation failed: {e}"));
                 }
             };
-            let rest = out.finish();
-            if !rest.is_empty() && !stopped.get() {
-                text.push_str(&rest);
-                on_text(&rest);
+            // A cancelled answer ends with the text already shown.
+            if !stopped.get() {
+                let rest = out.finish();
+                if !rest.is_empty() {
+                    on_text(&rest);
+                }
             }
+            text = out.text;
             Generated {
                 tokens,
                 prefill_ms: metrics.prefill_ms,
@@ -1163,7 +1165,7 @@ struct Generated {
     mode: &'static str,
 }
 
-/// Token bytes to text, cut before the first stop sequence.
+/// Token bytes to text, cut before the first stop sequence; `text` holds all it released.
 struct StopText {
     utf8: Utf8Stream,
     stop: StopMatcher,

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use graphs::chat::ChatMessage;
 use rag::assistant::{Answer, AskOptions, CancelToken, Sampling};
+use rag::prompt::{chat_role, CHAT_ROLES};
 use rag::select::Candidate;
 use rag::stop::StopMatcher;
 use serde_json::{json, Value};
@@ -278,16 +279,11 @@ fn validate(app: &AppState, req: ChatRequest) -> Result<Plan, ApiError> {
 }
 
 fn chat_message(m: Message) -> Result<ChatMessage, ApiError> {
-    let role = match m.role.as_str() {
-        "system" | "developer" => "system",
-        "user" => "user",
-        "assistant" => "assistant",
-        other => {
-            return Err(ApiError::bad_request(
-                "messages",
-                format!("unsupported role `{other}` (system, developer, user, assistant)"),
-            ))
-        }
+    let Some(role) = chat_role(&m.role) else {
+        return Err(ApiError::bad_request(
+            "messages",
+            format!("unsupported role `{}` ({CHAT_ROLES})", m.role),
+        ));
     };
     let content = match m.content {
         None => String::new(),

@@ -95,7 +95,7 @@ impl BranchOutput {
 /// when `on_token(b, token)` returns false, and then leaves the batch. Every branch's
 /// tokens equal [`super::generate_picked`] with its pick alone. Afterwards the session
 /// holds the prompt committed and no branch rows. `stats.generated` counts every branch's
-/// tokens; `decode_tok_s` is forward steps per second.
+/// tokens; `steps` counts forward steps and `decode_tok_s` is steps per second.
 pub fn decode_branches<B: Backend, P: FnMut(&[f32], usize) -> u32>(
     session: &mut Session<B>,
     prompt: &[u32],
@@ -120,7 +120,7 @@ pub fn decode_branches<B: Backend, P: FnMut(&[f32], usize) -> u32>(
             Branch::new(tok, logprob_of(logits, tok, &mut scratch))
         })
         .collect();
-    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let prefill = t0.elapsed();
     let t1 = Instant::now();
     let result = run_branches(
         session,
@@ -132,7 +132,7 @@ pub fn decode_branches<B: Backend, P: FnMut(&[f32], usize) -> u32>(
     );
     session.release_branches();
     let steps = result?;
-    let decode_s = t1.elapsed().as_secs_f64();
+    let decode = t1.elapsed();
     let generated = branches.iter().map(|b| b.out.tokens.len()).sum();
     let outputs: Vec<BranchOutput> = branches
         .into_iter()
@@ -148,18 +148,7 @@ pub fn decode_branches<B: Backend, P: FnMut(&[f32], usize) -> u32>(
         .unwrap_or(StopReason::EndOfGeneration);
     Ok((
         outputs,
-        GenerationStats {
-            prompt_tokens: prompt.len(),
-            generated,
-            prefill_ms,
-            decode_ms: decode_s * 1e3,
-            decode_tok_s: if decode_s > 0.0 {
-                steps as f64 / decode_s
-            } else {
-                0.0
-            },
-            stop,
-        },
+        GenerationStats::new(prompt.len(), generated, prefill, decode, steps, stop),
     ))
 }
 

@@ -12,7 +12,7 @@ pub use crate::model::{LoadOptions, Model};
 use graphs::config::ModelConfig;
 use graphs::ir::{cover_with_shapes, BlockSpec, GraphShape, DECODE_SHAPES};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 mod branches;
 mod switching;
@@ -733,7 +733,37 @@ pub struct GenerationStats {
     pub decode_ms: f64,
     /// Decode steps (tokens fed back) per second; excludes the prefill-produced token.
     pub decode_tok_s: f64,
+    /// Decode forward steps run after the prefill (one step advances every running branch).
+    pub steps: usize,
     pub stop: StopReason,
+}
+
+impl GenerationStats {
+    /// The stats of a generation whose prefill took `prefill` and whose `steps` decode
+    /// forward steps took `decode`.
+    pub fn new(
+        prompt_tokens: usize,
+        generated: usize,
+        prefill: Duration,
+        decode: Duration,
+        steps: usize,
+        stop: StopReason,
+    ) -> Self {
+        let decode_s = decode.as_secs_f64();
+        GenerationStats {
+            prompt_tokens,
+            generated,
+            prefill_ms: prefill.as_secs_f64() * 1e3,
+            decode_ms: decode_s * 1e3,
+            decode_tok_s: if decode_s > 0.0 {
+                steps as f64 / decode_s
+            } else {
+                0.0
+            },
+            steps,
+            stop,
+        }
+    }
 }
 
 /// Plain greedy decoding after prefilling `prompt` (appended to the session's context).
@@ -778,7 +808,7 @@ fn decode_loop<B: Backend>(
     mut step: impl FnMut(&mut Session<B>, u32, usize) -> Result<u32>,
     mut on_token: impl FnMut(u32) -> bool,
 ) -> Result<GenerationStats> {
-    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let prefill = t0.elapsed();
     let t1 = Instant::now();
     let mut generated = 0;
     let mut steps = 0usize;
@@ -802,19 +832,14 @@ fn decode_loop<B: Backend>(
         tok = step(session, tok, generated)?;
         steps += 1;
     };
-    let decode_s = t1.elapsed().as_secs_f64();
-    Ok(GenerationStats {
+    Ok(GenerationStats::new(
         prompt_tokens,
         generated,
-        prefill_ms,
-        decode_ms: decode_s * 1e3,
-        decode_tok_s: if decode_s > 0.0 {
-            steps as f64 / decode_s
-        } else {
-            0.0
-        },
+        prefill,
+        t1.elapsed(),
+        steps,
         stop,
-    })
+    ))
 }
 
 #[cfg(test)]
@@ -826,6 +851,20 @@ mod tests {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
         assert_eq!(argmax(&[f32::NAN, 0.5, 0.5]), 1);
         assert_eq!(argmax(&[-1.0]), 0);
+    }
+
+    #[test]
+    fn stats_keep_the_steps_and_their_rate() {
+        let ms = Duration::from_millis;
+        let s = GenerationStats::new(9, 12, ms(30), ms(2000), 10, StopReason::MaxTokens);
+        assert_eq!((s.prompt_tokens, s.generated, s.steps), (9, 12, 10));
+        assert_eq!(
+            (s.prefill_ms, s.decode_ms, s.decode_tok_s),
+            (30.0, 2000.0, 5.0)
+        );
+        // No decode time (a single token from the prefill): no rate rather than a division by zero.
+        let s = GenerationStats::new(9, 1, ms(30), ms(0), 0, StopReason::EndOfGeneration);
+        assert_eq!((s.steps, s.decode_tok_s), (0, 0.0));
     }
 
     #[test]
