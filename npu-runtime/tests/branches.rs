@@ -92,6 +92,17 @@ fn every_branch_equals_the_branch_decoded_alone() {
             stats.generated,
             outs.iter().map(|o| o.tokens.len()).sum::<usize>()
         );
+        // One forward per step after the prefill: the longest branch's tokens but its first
+        // (from the prefill), plus one more if it ended on an end-of-generation token (that
+        // token was computed, not kept).
+        let longest = outs.iter().max_by_key(|o| o.tokens.len()).unwrap();
+        let eog = usize::from(longest.stop == StopReason::EndOfGeneration);
+        assert_eq!(
+            stats.steps,
+            longest.tokens.len() - 1 + eog,
+            "{:?}",
+            longest.stop
+        );
         let distinct: std::collections::HashSet<_> = outs.iter().map(|o| &o.tokens).collect();
         assert!(distinct.len() > 1, "seeds gave identical branches");
 
