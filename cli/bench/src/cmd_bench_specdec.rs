@@ -14,6 +14,7 @@ use rag::engine::Engine;
 use serde_json::json;
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
 use specdec::curve_cache::{self, CurveSource};
+use specdec::oracle::{longest_true_continuations, oracle_schedule, OracleSchedule, OracleSources};
 use specdec::{GenConfig, Generator, Metrics, Mode, Sampling, TokenDb};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -208,6 +209,32 @@ fn chat_prompts(model: &Path, questions: &[(i64, String)]) -> Result<Vec<Vec<u32
                 .map_err(|e| anyhow::anyhow!("question {id}: chat template: {e}"))
         })
         .collect()
+}
+
+/// The oracle's schedule summed over the prompts: each greedy output copied from its
+/// prompt and (with `earlier_answers`, as the conversation database holds them) the
+/// outputs of the prompts before it.
+fn oracle_bound(
+    prompts: &[Vec<u32>],
+    outputs: &[Vec<u32>],
+    earlier_answers: bool,
+    curve: &CostCurve,
+    max_rows: usize,
+) -> OracleSchedule {
+    let mut total = OracleSchedule::default();
+    for (i, out) in outputs.iter().enumerate() {
+        let mut fixed: Vec<&[u32]> = vec![&prompts[i]];
+        if earlier_answers {
+            fixed.extend(outputs[..i].iter().map(Vec::as_slice));
+        }
+        let src = OracleSources {
+            fixed,
+            min_context: 1,
+        };
+        let cont = longest_true_continuations(out, &src, max_rows);
+        total.add(&oracle_schedule(&cont, out.len(), curve, max_rows));
+    }
+    total
 }
 
 struct ModeResult {
@@ -512,6 +539,29 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         results[0].outputs.clone()
     };
+    // The retrieval oracle's bound on the greedy outputs (None when sampling or without
+    // the plain reference).
+    let max_rows = args
+        .max_budget
+        .unwrap_or(GenConfig::default().max_budget)
+        .min(max_verify);
+    let oracle = (has_greedy && sampling.is_greedy()).then(|| {
+        oracle_bound(
+            &prompts,
+            &greedy.outputs,
+            !args.no_conversation_db,
+            &curve,
+            max_rows,
+        )
+    });
+    // A mode's measured speed-up over plain decoding (the oracle's reference).
+    let over_plain = |m: &Metrics| {
+        if has_greedy && m.ms_per_token() > 0.0 {
+            greedy.metrics.ms_per_token() / m.ms_per_token()
+        } else {
+            f64::NAN
+        }
+    };
     let mut table = String::new();
     table.push_str(&format!(
         "Model `{}`, category `{}`, {} prompts, max {} tokens, {} threads. Verify cost (ms) by batch: {}; curve: {}.\n\n",
@@ -640,6 +690,8 @@ pub fn run(args: Args) -> Result<()> {
                 "potential_accepted_8": m.potential_accepted(8),
                 "potential_accepted_16": m.potential_accepted(16),
                 "potential_accepted_64": m.potential_accepted(64),
+                "speedup_over_plain": over_plain(m),
+                "share_of_oracle": oracle.map(|o| over_plain(m) / o.speedup()),
             }),
         );
     }
@@ -666,6 +718,34 @@ pub fn run(args: Args) -> Result<()> {
         table.push_str(&format!(
             "\nNodes no raw-text source proposed: {}.\n",
             sourced.join("; ")
+        ));
+    }
+    if let Some(o) = &oracle {
+        table.push_str(&format!(
+            "\nOracle bound (`specdec::oracle`): a drafter that knows the greedy output and \
+             copies its longest true continuation from the prompt{} (at least one matching \
+             token of context, chains of at most {max_rows} rows, the cheapest schedule on this \
+             cost curve) would reach {:.2}x over plain decoding ({:.2} tokens per step). \
+             Measured speed-up over plain decoding and its share of that bound: {}.\n",
+            if args.no_conversation_db {
+                ""
+            } else {
+                " and the earlier prompts' answers"
+            },
+            o.speedup(),
+            o.tokens_per_step(),
+            results
+                .iter()
+                .map(|r| {
+                    let x = over_plain(&r.metrics);
+                    format!(
+                        "{} {x:.2}x ({:.0}%)",
+                        r.mode.name(),
+                        100.0 * x / o.speedup()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     if let Some(l) = &llama {
@@ -732,6 +812,11 @@ pub fn run(args: Args) -> Result<()> {
                 "tokens": greedy.metrics.tokens,
             })),
             "modes": jmodes,
+            "oracle": oracle.map(|o| json!({
+                "speedup": o.speedup(),
+                "tokens_per_step": o.tokens_per_step(),
+                "max_rows": max_rows,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
@@ -806,4 +891,30 @@ fn read_llamacpp(path: &Path, prompts: usize, max_tokens: usize) -> Result<Llama
         lookup_tok_s: tok_s("lookup")?,
         lookup_mismatches: v["modes"]["lookup"]["mismatches"].as_u64().unwrap_or(0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oracle_copies_from_the_prompt_and_earlier_answers_only_when_told() {
+        // Flat cost up to 8 rows: a chain of k true tokens costs one step.
+        let curve = CostCurve::new(vec![1, 8], vec![10.0, 10.0]).unwrap();
+        let answer: Vec<u32> = (100..120).collect();
+        let unrelated: Vec<u32> = (500..520).collect();
+        // The second prompt shares nothing with its answer, which repeats the first one's.
+        let prompts = vec![answer.clone(), unrelated.clone()];
+        let outputs = vec![answer.clone(), answer.clone()];
+        let with = oracle_bound(&prompts, &outputs, true, &curve, 8);
+        let without = oracle_bound(&prompts, &outputs, false, &curve, 8);
+        // 19 positions after the first per answer; chains of up to 7 drafts + 1 per step.
+        assert_eq!(with.tokens, 38);
+        assert_eq!(with.steps, 3 + 3);
+        assert_eq!(without.steps, 3 + 19);
+        assert!(with.speedup() > without.speedup());
+        // Nothing to copy from: one token per step, no gain.
+        let none = oracle_bound(&[unrelated.clone()], &[answer], false, &curve, 8);
+        assert_eq!(none.speedup(), 1.0);
+    }
 }
