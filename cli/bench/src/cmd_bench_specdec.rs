@@ -914,7 +914,13 @@ mod tests {
         assert_eq!(without.steps, 3 + 19);
         assert!(with.speedup() > without.speedup());
         // Nothing to copy from: one token per step, no gain.
-        let none = oracle_bound(&[unrelated.clone()], &[answer], false, &curve, 8);
+        let none = oracle_bound(
+            std::slice::from_ref(&unrelated),
+            &[answer],
+            false,
+            &curve,
+            8,
+        );
         assert_eq!(none.speedup(), 1.0);
     }
 }
