@@ -94,6 +94,39 @@ fn looping_panicking_and_aborting_parsers_are_skipped_and_killed() {
     assert_eq!(plain["files_indexed"], 8, "{plain}");
 }
 
+/// A parser whose allocations balloon (a decompression bomb) hits the worker's memory cap:
+/// that file is skipped as crashed and the others are indexed. Without the cap the injected
+/// fault (2 GiB in 64 MiB steps) would finish and the file would be indexed.
+#[test]
+fn a_ballooning_parser_hits_the_worker_memory_cap_and_costs_only_its_file() {
+    let corpus = tempfile::tempdir().unwrap();
+    std::fs::write(corpus.path().join("bomb.txt"), "RAG-TEST-FAULT:alloc\n").unwrap();
+    std::fs::write(
+        corpus.path().join("good.md"),
+        "# Heron\n\nIt nests by the river.\n",
+    )
+    .unwrap();
+    let idx = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rag"))
+        .args(["index", "--no-dense", "--json", "--parse-timeout", "20"])
+        .arg("--index-dir")
+        .arg(idx.path())
+        .arg(corpus.path())
+        .env("RAG_PARSE_TEST_FAULTS", "1")
+        .env("RAG_PARSE_WORKER_MEMORY_MB", "512")
+        .env_remove("RAG_PARSE_ISOLATION")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["files_indexed"], 1, "{s}");
+    assert_eq!(s["skipped_files"][0]["reason"], "crashed", "{s}");
+}
+
 /// A timeout names its flag, and raising the flag retries the file (an unchanged file
 /// skipped under the same limit is not parsed again).
 #[test]

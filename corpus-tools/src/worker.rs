@@ -35,6 +35,14 @@ pub const ISOLATION_ENV: &str = "RAG_PARSE_ISOLATION";
 /// `RAG-TEST-FAULT:loop`, `:panic` or `:abort` makes the worker do that instead of parsing.
 pub const FAULTS_ENV: &str = "RAG_PARSE_TEST_FAULTS";
 
+/// Address space a worker may map, in MiB (default [`DEFAULT_WORKER_MEMORY_MB`]). A parser
+/// that inflates a bomb past it (lopdf decompresses a PDF's object streams before any of
+/// our caps apply) fails its allocation, the worker aborts, and only that file is lost
+/// (`crashed`) instead of the machine's memory.
+pub const MEMORY_ENV: &str = "RAG_PARSE_WORKER_MEMORY_MB";
+/// A 20 MiB file's parse needs well under this; the rest of the machine keeps its memory.
+pub const DEFAULT_WORKER_MEMORY_MB: u64 = 4096;
+
 /// Set by the parent for its workers: its pid, to detect a parent that died before the
 /// worker asked for the parent-death signal.
 const PARENT_ENV: &str = "RAG_PARSE_WORKER_PARENT";
@@ -204,11 +212,39 @@ fn die_with_parent() {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent() {}
 
+/// Caps this process's address space (RLIMIT_AS) at `bytes`; a failure leaves it uncapped
+/// (the time limit still bounds the parse).
+#[cfg(unix)]
+fn limit_address_space(bytes: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit access only the struct we pass by pointer, for the
+    // duration of the call; a failure is a return code, never a fault. The hard limit is
+    // kept (an unprivileged process cannot raise it).
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_AS, &mut limit) != 0 {
+            return;
+        }
+        limit.rlim_cur = (bytes as libc::rlim_t).min(limit.rlim_max);
+        libc::setrlimit(libc::RLIMIT_AS, &limit);
+    }
+}
+
+#[cfg(not(unix))]
+fn limit_address_space(_bytes: u64) {}
+
 /// The worker loop: one response per request until stdin closes. Requests are read by a
 /// thread that exits the process at end of input, so a worker stuck in a parse still ends
 /// when its parent goes away.
 fn serve() {
     die_with_parent();
+    let mb = std::env::var(MEMORY_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(DEFAULT_WORKER_MEMORY_MB);
+    limit_address_space(mb << 20);
     let faults = std::env::var_os(FAULTS_ENV).is_some();
     let (tx, requests) = mpsc::sync_channel::<Vec<u8>>(1);
     let reader = std::thread::Builder::new()
@@ -255,6 +291,14 @@ fn faulty_parse(kind: DocKind, bytes: &[u8]) -> Result<ParsedDoc, String> {
             panic!("injected parser panic");
         } else if rest.starts_with(b"abort") {
             std::process::abort();
+        } else if rest.starts_with(b"alloc") {
+            // A decompression bomb's growth: 64 MiB at a time up to 2 GiB, every page
+            // touched. Under the worker's memory cap the allocation fails first.
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..32 {
+                held.push(vec![1u8; 64 << 20]);
+            }
+            std::hint::black_box(&held);
         }
     }
     parse_bytes(kind, bytes)
