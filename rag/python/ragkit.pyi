@@ -307,10 +307,14 @@ class Assistant:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: Optional[int] = None,
+        samples: int = 1,
+        select: str = "vote",
+        stop: Optional[list[str]] = None,
     ) -> AskStream:
         """Like ``ask``, but returns at once an iterator over the answer's text pieces.
 
-        Generation runs on a background thread; breaking out of the loop cancels it.
+        Generation runs on a background thread; breaking out of the loop cancels it. With
+        ``samples`` > 1 the kept answer arrives as one piece once every sample is done.
         """
     def chat(
         self,
@@ -324,6 +328,9 @@ class Assistant:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: Optional[int] = None,
+        samples: int = 1,
+        select: str = "vote",
+        stop: Optional[list[str]] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Answer the last message of a chat, with the earlier turns in the prompt.
@@ -334,7 +341,7 @@ class Assistant:
         with it and the user's previous message (so that a follow-up such as "and how long
         does it take?" is searched with its subject) and the answer cites them as ``ask``
         does. Without, the messages go to the model as they are and ``sources`` is empty.
-        ``on_text`` works as in ``ask``. :class:`Conversation` keeps the history for you.
+        ``on_text``, ``samples``, ``select`` and ``stop`` work as in ``ask``. :class:`Conversation` keeps the history for you.
 
         :raises ValueError: no messages, an unknown role, a message without ``role`` or
             ``content``, or (with ``retrieval``) a last message that is not the user's.
@@ -353,6 +360,9 @@ class Assistant:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: Optional[int] = None,
+        samples: int = 1,
+        select: str = "vote",
+        stop: Optional[list[str]] = None,
     ) -> AskStream:
         """Like ``chat``, but returns at once an iterator over the answer's text pieces.
 
@@ -436,6 +446,9 @@ class Conversation:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: Optional[int] = None,
+        samples: int = 1,
+        select: str = "vote",
+        stop: Optional[list[str]] = None,
         on_text: Optional[Callable[[str], object]] = None,
     ) -> Answer:
         """Answer ``question`` in this conversation and keep the exchange (unless
@@ -451,6 +464,9 @@ class Conversation:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: Optional[int] = None,
+        samples: int = 1,
+        select: str = "vote",
+        stop: Optional[list[str]] = None,
     ) -> AskStream:
         """Like ``ask``, but returns at once an iterator over the answer's text pieces; the
         exchange is kept when the iteration reaches the end of an answer not cancelled."""

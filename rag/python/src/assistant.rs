@@ -57,7 +57,7 @@ pub(crate) fn ask_options(
 const MAX_SAMPLES: usize = 16;
 
 /// `samples`, `select` and `stop` as Python passes them.
-fn with_samples(
+pub(crate) fn with_samples(
     opts: AskOptions,
     samples: usize,
     select: &str,
@@ -218,7 +218,7 @@ impl Assistant {
     /// Like `ask`, but returns at once an iterator over the answer's text pieces.
     #[pyo3(signature = (
         question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
-        temperature=0.0, top_p=1.0, seed=None
+        temperature=0.0, top_p=1.0, seed=None, samples=1, select="vote", stop=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask_stream(
@@ -231,6 +231,9 @@ impl Assistant {
         temperature: f32,
         top_p: f32,
         seed: Option<u64>,
+        samples: usize,
+        select: &str,
+        stop: Option<Vec<String>>,
     ) -> PyResult<AskStream> {
         let opts = ask_options(
             top_k,
@@ -239,6 +242,7 @@ impl Assistant {
             max_tokens,
             (temperature, top_p, seed),
         )?;
+        let opts = with_samples(opts, samples, select, stop)?;
         let (events, cancel) = self.inner.ask_stream(question, opts);
         Ok(AskStream::new(events, cancel))
     }
@@ -247,8 +251,8 @@ impl Assistant {
     /// earlier turns, the question last), with the earlier turns in the prompt.
     #[pyo3(signature = (
         messages, *, retrieval=true, top_k=5, mode="hybrid", context_tokens=1024,
-        max_tokens=256, temperature=0.0, top_p=1.0, seed=None,
-        on_text=None
+        max_tokens=256, temperature=0.0, top_p=1.0, seed=None, samples=1, select="vote",
+        stop=None, on_text=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn chat(
@@ -263,6 +267,9 @@ impl Assistant {
         temperature: f32,
         top_p: f32,
         seed: Option<u64>,
+        samples: usize,
+        select: &str,
+        stop: Option<Vec<String>>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
         let messages = chat::messages(messages, retrieval)?;
@@ -273,6 +280,7 @@ impl Assistant {
             max_tokens,
             (temperature, top_p, seed),
         )?;
+        let opts = with_samples(opts, samples, select, stop)?;
         let inner = &self.inner;
         let mut sink = TextSink::new(on_text.as_ref());
         let answer = py
@@ -284,7 +292,7 @@ impl Assistant {
     /// Like `chat`, but returns at once an iterator over the answer's text pieces.
     #[pyo3(signature = (
         messages, *, retrieval=true, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
-        temperature=0.0, top_p=1.0, seed=None
+        temperature=0.0, top_p=1.0, seed=None, samples=1, select="vote", stop=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn chat_stream(
@@ -298,6 +306,9 @@ impl Assistant {
         temperature: f32,
         top_p: f32,
         seed: Option<u64>,
+        samples: usize,
+        select: &str,
+        stop: Option<Vec<String>>,
     ) -> PyResult<AskStream> {
         let messages = chat::messages(messages, retrieval)?;
         let opts = ask_options(
@@ -307,6 +318,7 @@ impl Assistant {
             max_tokens,
             (temperature, top_p, seed),
         )?;
+        let opts = with_samples(opts, samples, select, stop)?;
         let (events, cancel) = self.inner.chat_stream(messages, retrieval, opts);
         Ok(AskStream::new(events, cancel))
     }

@@ -1,7 +1,7 @@
 //! Conversations: `Assistant.chat`'s messages from Python, and `ragkit.Conversation`,
 //! which keeps the history between questions as `rag chat` does.
 
-use crate::assistant::{ask_options, Assistant};
+use crate::assistant::{ask_options, with_samples, Assistant};
 use crate::errors::{guarded, value_error};
 use crate::stream::AskStream;
 use crate::text_sink::TextSink;
@@ -163,7 +163,8 @@ impl Conversation {
     /// Answer `question` in this conversation and keep the exchange.
     #[pyo3(signature = (
         question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
-        temperature=0.0, top_p=1.0, seed=None, on_text=None
+        temperature=0.0, top_p=1.0, seed=None, samples=1, select="vote", stop=None,
+        on_text=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask(
@@ -177,6 +178,9 @@ impl Conversation {
         temperature: f32,
         top_p: f32,
         seed: Option<u64>,
+        samples: usize,
+        select: &str,
+        stop: Option<Vec<String>>,
         on_text: Option<Py<PyAny>>,
     ) -> PyResult<Answer> {
         let opts = ask_options(
@@ -186,6 +190,7 @@ impl Conversation {
             max_tokens,
             (temperature, top_p, seed),
         )?;
+        let opts = with_samples(opts, samples, select, stop)?;
         let messages = self.messages_with(&question);
         let inner = &self.assistant.get().inner;
         let retrieval = self.retrieval;
@@ -205,7 +210,7 @@ impl Conversation {
     /// exchange is kept once the stream has ended without being cancelled.
     #[pyo3(signature = (
         question, *, top_k=5, mode="hybrid", context_tokens=1024, max_tokens=256,
-        temperature=0.0, top_p=1.0, seed=None
+        temperature=0.0, top_p=1.0, seed=None, samples=1, select="vote", stop=None
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn ask_stream(
@@ -218,6 +223,9 @@ impl Conversation {
         temperature: f32,
         top_p: f32,
         seed: Option<u64>,
+        samples: usize,
+        select: &str,
+        stop: Option<Vec<String>>,
     ) -> PyResult<AskStream> {
         let opts = ask_options(
             top_k,
@@ -226,6 +234,7 @@ impl Conversation {
             max_tokens,
             (temperature, top_p, seed),
         )?;
+        let opts = with_samples(opts, samples, select, stop)?;
         let messages = self.messages_with(&question);
         let inner = &self.assistant.get().inner;
         let (events, cancel) = inner.chat_stream(messages, self.retrieval, opts);

@@ -196,3 +196,26 @@ def test_bad_chat_options_raise_value_error(assistant):
         assistant.chat([user(FIRST)], mode="psychic")
     with pytest.raises(ValueError, match="unknown search mode"):
         ragkit.Conversation(assistant).ask(FIRST, mode="psychic")
+
+
+def test_samples_and_stop_reach_chat_streams_and_conversations(assistant):
+    kw = dict(max_tokens=12, temperature=1.0, seed=5, samples=3)
+    asked = assistant.ask(FIRST, **kw)
+    assert len(asked.candidates) == 3
+    chatted = assistant.chat([user(FIRST)], **kw)
+    assert chatted.answer == asked.answer
+    assert [c.text for c in chatted.candidates] == [c.text for c in asked.candidates]
+    streamed = "".join(assistant.chat_stream([user(FIRST)], **kw))
+    assert streamed.strip() == asked.answer
+    assert "".join(assistant.ask_stream(FIRST, **kw)).strip() == asked.answer
+    conv = ragkit.Conversation(assistant)
+    first = conv.ask(FIRST, **kw)
+    assert first.answer == asked.answer and len(first.candidates) == 3
+    assert conv.messages[-1]["content"] == first.answer
+    # A stop sequence ends every sample before it.
+    cut = conv.ask(FOLLOW_UP, max_tokens=12, stop=[" "])
+    assert " " not in cut.answer.strip()
+    with pytest.raises(ValueError, match="samples"):
+        assistant.chat([user(FIRST)], max_tokens=4, samples=17)
+    with pytest.raises(ValueError, match="select"):
+        ragkit.Conversation(assistant).ask_stream(FIRST, samples=2, select="best")
