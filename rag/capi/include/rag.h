@@ -35,6 +35,26 @@
 #define RAG_ERROR -1
 
 /**
+ * `RagAskOptions::select`: the majority answer.
+ */
+#define RAG_SELECT_VOTE 0
+
+/**
+ * `RagAskOptions::select`: the highest mean log-probability per token.
+ */
+#define RAG_SELECT_LOGPROB 1
+
+/**
+ * `RagAskOptions::select`: the answer the model itself judges correct.
+ */
+#define RAG_SELECT_VERIFY 2
+
+/**
+ * Most `RagAskOptions::samples`.
+ */
+#define RAG_MAX_SAMPLES 16
+
+/**
  * An open index plus a local LLM (opaque). Thread-safe: any function may be called on
  * one handle from several threads at once, except `rag_close`.
  */
@@ -106,6 +126,17 @@ typedef struct RagAskOptions {
    */
   float top_p;
   uint64_t seed;
+  /**
+   * Answers sampled together in one batched decode (1 to 16), of which `select` keeps
+   * one; 1 is a single answer. With more than one the text arrives in one piece.
+   */
+  uint32_t samples;
+  /**
+   * Which sample is kept: `RAG_SELECT_VOTE` (the answer most samples agree on),
+   * `RAG_SELECT_LOGPROB` (the most confident) or `RAG_SELECT_VERIFY` (the one the
+   * model judges correct when asked after each).
+   */
+  uint32_t select;
 } RagAskOptions;
 
 /**
@@ -280,7 +311,7 @@ void rag_hits_free(struct RagHits *hits);
 
 /**
  * The defaults: 5 passages, 1024 source tokens, 256 generated tokens, greedy (top-p 1,
- * seed 0).
+ * seed 0), one answer.
  */
 struct RagAskOptions rag_ask_options_default(void);
 

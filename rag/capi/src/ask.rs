@@ -4,6 +4,7 @@
 use crate::guard::{arg, contain, free_c_string, owned_c_string};
 use crate::handle::{handle, RagAssistant};
 use rag::assistant::{Answer, AskOptions, Sampling};
+use rag::select::Selector;
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -24,10 +25,26 @@ pub struct RagAskOptions {
     /// Nucleus of the sampling, in (0, 1].
     pub top_p: f32,
     pub seed: u64,
+    /// Answers sampled together in one batched decode (1 to 16), of which `select` keeps
+    /// one; 1 is a single answer. With more than one the text arrives in one piece.
+    pub samples: u32,
+    /// Which sample is kept: `RAG_SELECT_VOTE` (the answer most samples agree on),
+    /// `RAG_SELECT_LOGPROB` (the most confident) or `RAG_SELECT_VERIFY` (the one the
+    /// model judges correct when asked after each).
+    pub select: u32,
 }
 
+/// `RagAskOptions::select`: the majority answer.
+pub const RAG_SELECT_VOTE: u32 = 0;
+/// `RagAskOptions::select`: the highest mean log-probability per token.
+pub const RAG_SELECT_LOGPROB: u32 = 1;
+/// `RagAskOptions::select`: the answer the model itself judges correct.
+pub const RAG_SELECT_VERIFY: u32 = 2;
+/// Most `RagAskOptions::samples`.
+pub const RAG_MAX_SAMPLES: u32 = 16;
+
 /// The defaults: 5 passages, 1024 source tokens, 256 generated tokens, greedy (top-p 1,
-/// seed 0).
+/// seed 0), one answer.
 #[no_mangle]
 pub extern "C" fn rag_ask_options_default() -> RagAskOptions {
     let d = AskOptions::default();
@@ -38,6 +55,8 @@ pub extern "C" fn rag_ask_options_default() -> RagAskOptions {
         temperature: d.sampling.temperature,
         top_p: d.sampling.top_p,
         seed: d.sampling.seed,
+        samples: 1,
+        select: RAG_SELECT_VOTE,
     }
 }
 
@@ -171,11 +190,24 @@ pub(crate) fn ask_options(opts: *const RagAskOptions) -> anyhow::Result<AskOptio
         "temperature {} is over 2",
         o.temperature
     );
+    anyhow::ensure!(
+        (1..=RAG_MAX_SAMPLES).contains(&o.samples),
+        "samples {} is not between 1 and {RAG_MAX_SAMPLES}",
+        o.samples
+    );
+    let select = match o.select {
+        RAG_SELECT_VOTE => Selector::Vote,
+        RAG_SELECT_LOGPROB => Selector::Logprob,
+        RAG_SELECT_VERIFY => Selector::Verify,
+        other => anyhow::bail!("select {other} is not RAG_SELECT_VOTE, _LOGPROB or _VERIFY"),
+    };
     Ok(AskOptions {
         top_k: o.top_k,
         context_tokens: o.context_tokens,
         max_tokens: o.max_tokens,
         sampling: Sampling::new(o.temperature, o.top_p, o.seed)?,
+        samples: o.samples as usize,
+        select,
         ..AskOptions::default()
     })
 }

@@ -243,11 +243,13 @@ fn ask_with_context_answers_over_the_screen_without_sources() {
 
     // Sampling through the ABI: the Rust API's answer for the same seed; bad values are
     // errors, not answers.
-    let sampled = |temperature: f32| {
+    let sampled_n = |temperature: f32, samples: u32, select: u32| {
         let mut opts = rag_ask_options_default();
         opts.max_tokens = 16;
         opts.temperature = temperature;
         opts.seed = 7;
+        opts.samples = samples;
+        opts.select = select;
         let mut error = null_mut();
         let answer = unsafe {
             rag_ask_with_context(
@@ -280,9 +282,28 @@ fn ask_with_context_answers_over_the_screen_without_sources() {
     let want = rust
         .ask_with_context(question, screen, Some(system), &ask, &mut |_| true)
         .unwrap();
+    let sampled = |temperature: f32| sampled_n(temperature, 1, RAG_SELECT_VOTE);
     assert_eq!(sampled(1.2).unwrap(), want.answer);
     assert!(sampled(3.0).unwrap_err().contains("temperature"));
     assert!(sampled(-1.0).unwrap_err().contains("temperature"));
+    // Several samples, one kept: the Rust API's choice for the same options.
+    let ask = rag::assistant::AskOptions {
+        samples: 4,
+        select: rag::select::Selector::Logprob,
+        ..ask
+    };
+    let want = rust
+        .ask_with_context(question, screen, Some(system), &ask, &mut |_| true)
+        .unwrap();
+    assert_eq!(want.candidates.len(), 4);
+    assert_eq!(sampled_n(1.2, 4, RAG_SELECT_LOGPROB).unwrap(), want.answer);
+    assert!(sampled_n(1.2, 0, RAG_SELECT_VOTE)
+        .unwrap_err()
+        .contains("samples"));
+    assert!(sampled_n(1.2, 17, RAG_SELECT_VOTE)
+        .unwrap_err()
+        .contains("samples"));
+    assert!(sampled_n(1.2, 2, 9).unwrap_err().contains("select"));
     unsafe { rag_close(a) };
 }
 
