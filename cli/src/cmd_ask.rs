@@ -3,9 +3,9 @@
 //! answer and exits with the cancelled code.
 
 use crate::assistant_args::AssistantArgs;
+use crate::sample_args::SampleArgs;
 use anyhow::{Context, Result};
-use rag::assistant::{Assistant, CancelToken, Sampling};
-use rag::select::Selector;
+use rag::assistant::{Assistant, CancelToken};
 use rag::IndexOptions;
 use rag_cli::config::Config;
 use rag_cli::exit;
@@ -25,17 +25,8 @@ pub struct Args {
     /// Print one JSON object (answer, sources, timings) instead of streaming text.
     #[arg(long)]
     pub json: bool,
-    /// Sample this many answers in one batched decode and keep one (`--select`); the
-    /// answer then prints once the samples are done. Samples need a temperature: at
-    /// `--temperature 0` (the default) they use 0.7.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
-    pub samples: u16,
-    /// How to keep one of several samples: the answer most samples agree on (`vote`), the
-    /// one the model is most confident in (`logprob`, mean log-probability), or the one
-    /// the model judges correct when asked after each (`verify`, one short prefill per
-    /// distinct answer).
-    #[arg(long, default_value = "vote", value_parser = Selector::NAMES)]
-    pub select: String,
+    #[command(flatten)]
+    pub samples: SampleArgs,
     #[command(flatten)]
     pub assistant: AssistantArgs,
 }
@@ -95,14 +86,7 @@ pub fn run(a: Args) -> Result<()> {
     cancel_on_ctrl_c(cancel.clone())?;
     let mut ask = a.assistant.ask_options(&settings, dense, a.max_tokens);
     ask.cancel = Some(cancel);
-    ask.samples = a.samples.into();
-    ask.select = Selector::parse(&a.select).unwrap_or_default();
-    if ask.samples > 1 && ask.sampling.is_greedy() {
-        ask.sampling = Sampling {
-            temperature: SAMPLES_TEMPERATURE,
-            ..ask.sampling
-        };
-    }
+    a.samples.apply(&mut ask);
     let stdout = std::io::stdout();
     let json = a.json;
     let mut on_text = |piece: &str| {
@@ -138,14 +122,8 @@ pub fn run(a: Args) -> Result<()> {
             writeln!(out, "[{}] {}", s.number, s.location())?;
         }
     }
-    if let Some(best) = answer.candidates.iter().find(|c| c.text == answer.answer) {
-        eprintln!(
-            "({} samples, kept by {}: {} agree, mean log-probability {:.2})",
-            answer.candidates.len(),
-            ask.select.name(),
-            best.votes,
-            best.mean_logprob
-        );
+    if let Some(line) = SampleArgs::summary(&ask, &answer) {
+        eprintln!("{line}");
     }
     eprintln!(
         "({} tokens on {}, retrieve {:.0} ms, prefill {:.0} ms, first token {:.0} ms, decode {:.1} tok/s, {} mean accepted {:.2})",
@@ -160,9 +138,6 @@ pub fn run(a: Args) -> Result<()> {
     );
     Ok(())
 }
-
-/// The temperature of `--samples` when none is given (greedy samples would all agree).
-const SAMPLES_TEMPERATURE: f32 = 0.7;
 
 /// The first Ctrl-C stops the answer at its next token; a second one (e.g. during the
 /// model load, before any token) ends the process at once.

@@ -4,6 +4,7 @@
 //! Ctrl-C stops the answer being written (not the conversation), Ctrl-D or `/quit` ends.
 
 use crate::assistant_args::AssistantArgs;
+use crate::sample_args::SampleArgs;
 use anyhow::Result;
 use graphs::chat::ChatMessage;
 use rag::assistant::{AskOptions, Assistant, CancelToken, Source};
@@ -24,6 +25,8 @@ pub struct Args {
     /// Tokens per answer at most.
     #[arg(long, default_value_t = rag::assistant::DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
+    #[command(flatten)]
+    pub samples: SampleArgs,
     #[command(flatten)]
     pub assistant: AssistantArgs,
 }
@@ -96,10 +99,11 @@ pub fn run(a: Args) -> Result<()> {
         }
         let cancel = CancelToken::default();
         *answering.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
-        let ask = AskOptions {
+        let mut ask = AskOptions {
             cancel: Some(cancel.clone()),
             ..a.assistant.ask_options(&settings, dense, a.max_tokens)
         };
+        a.samples.apply(&mut ask);
         let mut messages = history.clone();
         messages.push(ChatMessage {
             role: "user".into(),
@@ -122,6 +126,9 @@ pub fn run(a: Args) -> Result<()> {
             }
         };
         println!();
+        if let Some(line) = SampleArgs::summary(&ask, &answer) {
+            eprintln!("{line}");
+        }
         if answer.cancelled {
             // The conversation goes on without the interrupted exchange.
             println!("(stopped)");

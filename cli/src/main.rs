@@ -13,6 +13,7 @@ mod cmd_search;
 mod cmd_serve;
 mod cmd_status;
 mod ctrl_c;
+mod sample_args;
 
 use clap::{Parser, Subcommand};
 

@@ -126,3 +126,55 @@ fn ctrl_c_stops_the_answer_not_the_conversation() {
     assert!(child.wait().unwrap().success());
     done.store(true, std::sync::atomic::Ordering::SeqCst);
 }
+
+/// `--samples` in a conversation: the first answer is `rag ask`'s with the same samples and
+/// seed (one batched decode, one kept), and the kept answer's tally goes to stderr.
+#[test]
+fn samples_keep_the_same_answer_as_ask() {
+    if !model_available() {
+        return;
+    }
+    let idx = tempfile::tempdir().unwrap();
+    index_sample(idx.path());
+    let q = "How do I do a factory reset of the Kestrel K2 console?";
+    let flags = ["--samples", "3", "--seed", "7"];
+    let mut child = chat(idx.path(), "12")
+        .args(flags)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{q}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(3 samples, kept by vote: "), "{err}");
+    let chatted = String::from_utf8(out.stdout).unwrap();
+
+    let asked = Command::new(env!("CARGO_BIN_EXE_rag"))
+        .args([
+            "ask",
+            "--no-dense",
+            "--model",
+            "smollm2-135m",
+            "--threads",
+            "2",
+        ])
+        .args(["--max-tokens", "12", "--json"])
+        .args(flags)
+        .arg("--index-dir")
+        .arg(idx.path())
+        .arg(q)
+        .output()
+        .unwrap();
+    assert!(asked.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&asked.stdout).unwrap();
+    assert_eq!(v["candidates"].as_array().unwrap().len(), 3);
+    assert_eq!(chatted.trim(), v["answer"].as_str().unwrap());
+}
