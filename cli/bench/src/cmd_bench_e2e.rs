@@ -206,6 +206,13 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
+        // The report file's section carries the same stamp (`write_section_in`).
+        println!(
+            "Command: `{}`\nMachine: {}\nDate: {}\n",
+            bench_report::command_line(),
+            bench_report::machine(),
+            bench_report::today()
+        );
         print!("{table}");
     }
     if let Some(path) = &a.report.file {
@@ -366,14 +373,11 @@ fn table(a: &Args, r: &Value, load_avg_start: Option<f64>) -> Result<String> {
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     let (ours, theirs) = (&r["ours"], &r["llamacpp"]);
     let mut t = format!(
-        "`{}` on {} ({}), {}; {} threads each, {} questions from {} (median prompt {:.0} \
+        "{}; {} threads each, {} questions from {} (median prompt {:.0} \
          tokens), answers of at most {} tokens. Ours: `rag ask`'s defaults (hybrid retrieval, \
          speculative decoding); {}: the same prompt token ids, greedy. Times run from the \
          prompt's token ids (our retrieval, median {:.1} ms, is not in them); the engines \
          take turns per question.\n\n",
-        bench_report::command_line(),
-        bench_report::machine(),
-        bench_report::today(),
         r["model"].as_str().unwrap_or("?"),
         a.threads,
         r["questions"],
