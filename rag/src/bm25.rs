@@ -5,8 +5,9 @@
 //! Analyzers per language: every chunk is indexed with the English analyzer (`text`,
 //! `heading`, `path`), and a chunk in another language with a tantivy stemmer (see
 //! [`crate::lang`]) also with that language's analyzer (`text_de`, `heading_de`, ...). A
-//! query searches the English fields plus those of its own language, so a query or chunk
-//! taken for the wrong language still matches as it did with English alone.
+//! query searches the English fields plus those of its own language, so a chunk taken for
+//! the wrong language is still indexed as before, and a query taken for the wrong language
+//! still finds what the English fields match.
 
 use crate::bm25_guard::guarded;
 use crate::lang;
