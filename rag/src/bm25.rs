@@ -1,20 +1,36 @@
 //! BM25 over chunks with tantivy. Derived from the SQLite store: every tantivy commit
 //! carries the store generation it reflects as its payload, so a writer that finds a
 //! mismatch (a crash between the two commits) rebuilds the whole text index from SQLite.
+//!
+//! Analyzers per language: every chunk is indexed with the English analyzer (`text`,
+//! `heading`, `path`), and a chunk in another language with a tantivy stemmer (see
+//! [`crate::lang`]) also with that language's analyzer (`text_de`, `heading_de`, ...). A
+//! query searches the English fields plus those of its own language, so a chunk taken for
+//! the wrong language is still indexed as before, and a query taken for the wrong language
+//! still finds what the English fields match.
 
 use crate::bm25_guard::guarded;
+use crate::lang;
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::Mutex;
 use tantivy::collector::TopDocs;
-use tantivy::query::QueryParser;
+use tantivy::query::{BooleanQuery, Occur, Query, QueryParser};
 use tantivy::schema::{Field, NumericOptions, Schema, Value, STORED, TEXT};
 use tantivy::tokenizer::{
-    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, TextAnalyzer,
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
 };
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
+/// The analyzer of the English fields (no stop words, as before per-language fields).
 const TOKENIZER: &str = "en_stem_rag";
+
+/// The fields of one non-English language.
+struct LangFields {
+    lang: Language,
+    text: Field,
+    heading: Field,
+}
 
 pub struct Bm25 {
     index: Index,
@@ -24,6 +40,8 @@ pub struct Bm25 {
     f_text: Field,
     f_heading: Field,
     f_path: Field,
+    /// Every stemmer language but English, in [`lang::STEMMED`] order.
+    langs: Vec<LangFields>,
 }
 
 /// What the text index stores per chunk.
@@ -34,32 +52,117 @@ pub struct Bm25Doc<'a> {
     pub path: &'a str,
 }
 
+fn text_options(tokenizer: &str) -> tantivy::schema::TextOptions {
+    TEXT.set_indexing_options(
+        tantivy::schema::TextFieldIndexing::default()
+            .set_tokenizer(tokenizer)
+            .set_index_option(tantivy::schema::IndexRecordOption::WithFreqsAndPositions),
+    )
+}
+
+fn other_languages() -> impl Iterator<Item = (Language, &'static str)> {
+    lang::STEMMED
+        .iter()
+        .filter(|s| s.0 != Language::English)
+        .map(|s| (s.0, s.2))
+}
+
+fn analyzer_name(code: &str) -> String {
+    format!("{code}_stem_rag")
+}
+
+/// Lower case, the language's stop words where tantivy has a list, its stemmer.
+fn analyzer(lang: Language) -> TextAnalyzer {
+    let base = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser);
+    match (lang, StopWordFilter::new(lang)) {
+        // English keeps its analyzer without stop words: English results stay as they were.
+        (Language::English, _) | (_, None) => base.filter(Stemmer::new(lang)).build(),
+        (_, Some(stop)) => base.filter(stop).filter(Stemmer::new(lang)).build(),
+    }
+}
+
+/// `text` lower-cased and without the stop words of `lang` (as is, if tantivy has none).
+fn without_stop_words(text: &str, lang: Language) -> String {
+    let Some(stop) = StopWordFilter::new(lang) else {
+        return text.to_string();
+    };
+    let mut analyzer = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(LowerCaser)
+        .filter(stop)
+        .build();
+    let mut out = String::new();
+    let mut tokens = analyzer.token_stream(text);
+    while tokens.advance() {
+        out.push_str(&tokens.token().text);
+        out.push(' ');
+    }
+    out
+}
+
+/// A change here changes the schema: an index with another schema is rebuilt on open.
 fn schema() -> Schema {
     let mut b = Schema::builder();
-    let text_opts = TEXT.set_indexing_options(
-        tantivy::schema::TextFieldIndexing::default()
-            .set_tokenizer(TOKENIZER)
-            .set_index_option(tantivy::schema::IndexRecordOption::WithFreqsAndPositions),
-    );
+    let text_opts = text_options(TOKENIZER);
     b.add_u64_field("chunk_id", NumericOptions::default().set_indexed() | STORED);
     b.add_text_field("text", text_opts.clone());
     b.add_text_field("heading", text_opts.clone());
     b.add_text_field("path", text_opts);
+    for (_, code) in other_languages() {
+        let opts = text_options(&analyzer_name(code));
+        b.add_text_field(&format!("text_{code}"), opts.clone());
+        b.add_text_field(&format!("heading_{code}"), opts);
+    }
     b.build()
+}
+
+/// Open the tantivy index in `dir`, or create it. One with another schema (an older
+/// build's) is derived data: it is removed and created anew, empty, for the caller to
+/// rebuild from the store (its payload no longer names a generation).
+fn open_or_recreate(dir: &Path) -> Result<Index> {
+    let open = |dir: &Path| -> Result<Index> {
+        let mmap =
+            tantivy::directory::MmapDirectory::open(dir).context("opening tantivy directory")?;
+        Ok(Index::open_or_create(mmap, schema())?)
+    };
+    let existing = {
+        let mmap =
+            tantivy::directory::MmapDirectory::open(dir).context("opening tantivy directory")?;
+        if Index::exists(&mmap)? {
+            Some(guarded("opening tantivy index", || Ok(Index::open(mmap)?))?)
+        } else {
+            None
+        }
+    };
+    if let Some(index) = existing {
+        if index.schema() == schema() {
+            return Ok(index);
+        }
+        drop(index);
+        tracing::info!(
+            "the text index at {} has another layout (an older build's): recreating it",
+            dir.display()
+        );
+        std::fs::remove_dir_all(dir)
+            .with_context(|| format!("removing the old text index {}", dir.display()))?;
+        std::fs::create_dir_all(dir)?;
+    }
+    open(dir).context("opening tantivy index")
 }
 
 impl Bm25 {
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mmap =
-            tantivy::directory::MmapDirectory::open(dir).context("opening tantivy directory")?;
-        let index = Index::open_or_create(mmap, schema()).context("opening tantivy index")?;
-        let analyzer = TextAnalyzer::builder(SimpleTokenizer::default())
-            .filter(RemoveLongFilter::limit(40))
-            .filter(LowerCaser)
-            .filter(Stemmer::new(Language::English))
-            .build();
-        index.tokenizers().register(TOKENIZER, analyzer);
+        let index = open_or_recreate(dir)?;
+        index
+            .tokenizers()
+            .register(TOKENIZER, analyzer(Language::English));
+        for (lang, code) in other_languages() {
+            index
+                .tokenizers()
+                .register(&analyzer_name(code), analyzer(lang));
+        }
         let reader = guarded("opening tantivy reader", || {
             index
                 .reader_builder()
@@ -68,7 +171,16 @@ impl Bm25 {
                 .context("opening tantivy reader")
         })?;
         let s = index.schema();
+        let mut langs = Vec::new();
+        for (lang, code) in other_languages() {
+            langs.push(LangFields {
+                lang,
+                text: s.get_field(&format!("text_{code}"))?,
+                heading: s.get_field(&format!("heading_{code}"))?,
+            });
+        }
         Ok(Bm25 {
+            langs,
             f_id: s.get_field("chunk_id")?,
             f_text: s.get_field("text")?,
             f_heading: s.get_field("heading")?,
@@ -140,6 +252,13 @@ impl Bm25 {
                 d.add_text(self.f_heading, h);
             }
             d.add_text(self.f_path, doc.path);
+            let detected = lang::detect_chunk(&crate::store::embed_text(doc.heading, doc.text));
+            if let Some(lf) = self.fields_of(detected) {
+                d.add_text(lf.text, doc.text);
+                if let Some(h) = doc.heading {
+                    d.add_text(lf.heading, h);
+                }
+            }
             w.add_document(d)?;
             Ok(())
         })
@@ -155,6 +274,25 @@ impl Bm25 {
         })
     }
 
+    /// The fields of a non-English language (`None` for English).
+    fn fields_of(&self, lang: Language) -> Option<&LangFields> {
+        self.langs.iter().find(|l| l.lang == lang)
+    }
+
+    /// The languages (other than English) some chunk is indexed in.
+    fn indexed_languages(&self, searcher: &tantivy::Searcher) -> Vec<Language> {
+        self.langs
+            .iter()
+            .filter(|l| {
+                searcher.segment_readers().iter().any(|r| {
+                    r.inverted_index(l.text)
+                        .is_ok_and(|inv| inv.terms().num_terms() > 0)
+                })
+            })
+            .map(|l| l.lang)
+            .collect()
+    }
+
     pub fn num_docs(&self) -> Result<u64> {
         guarded("counting the text index", || {
             self.reader.reload()?;
@@ -163,7 +301,10 @@ impl Bm25 {
     }
 
     /// Top `k` chunk ids with BM25 scores. Query syntax is neutralised: user text is a bag
-    /// of words (OR), with heading and file-name matches boosted.
+    /// of words (OR), with heading and file-name matches boosted. The words are looked up
+    /// in the English fields and, for a query in another stemmer language, in that
+    /// language's fields too (a chunk matching in both scores both; the English fields
+    /// then get the words without that language's stop words).
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
         guarded("searching the text index", || {
             self.search_unguarded(query, k)
@@ -186,11 +327,26 @@ impl Bm25 {
         if cleaned.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let mut qp =
+        let mut english =
             QueryParser::for_index(&self.index, vec![self.f_text, self.f_heading, self.f_path]);
-        qp.set_field_boost(self.f_heading, 1.5);
-        qp.set_field_boost(self.f_path, 1.5);
-        let (q, _errors) = qp.parse_query_lenient(&cleaned);
+        english.set_field_boost(self.f_heading, 1.5);
+        english.set_field_boost(self.f_path, 1.5);
+        let indexed = self.indexed_languages(&searcher);
+        let q: Box<dyn Query> = match self.fields_of(lang::detect_query(&cleaned, &indexed)) {
+            None => english.parse_query_lenient(&cleaned).0,
+            Some(lf) => {
+                let mut own = QueryParser::for_index(&self.index, vec![lf.text, lf.heading]);
+                own.set_field_boost(lf.heading, 1.5);
+                let mut parts = vec![(Occur::Should, own.parse_query_lenient(&cleaned).0)];
+                // The English fields keep every word, so the query's own stop words ("die",
+                // "und", "les") would score there, most in a corpus mixing languages.
+                let content = without_stop_words(&cleaned, lf.lang);
+                if !content.trim().is_empty() {
+                    parts.push((Occur::Should, english.parse_query_lenient(&content).0));
+                }
+                Box::new(BooleanQuery::new(parts))
+            }
+        };
         let top = searcher.search(&q, &TopDocs::with_limit(k.max(1)))?;
         let mut out = Vec::with_capacity(top.len());
         for (score, addr) in top {
@@ -200,5 +356,61 @@ impl Bm25 {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(b: &Bm25, field: Field) -> u64 {
+        b.reader.reload().unwrap();
+        let searcher = b.reader.searcher();
+        searcher
+            .segment_readers()
+            .iter()
+            .map(|r| r.inverted_index(field).unwrap().terms().num_terms() as u64)
+            .sum()
+    }
+
+    #[test]
+    fn only_non_english_chunks_fill_a_language_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Bm25::open(dir.path()).unwrap();
+        b.begin_write().unwrap();
+        let english = "The battery charges in four hours. Store batteries at room \
+                       temperature over the winter and check them every three months.";
+        b.add(&Bm25Doc {
+            chunk_id: 1,
+            text: english,
+            heading: Some("Battery"),
+            path: "en/battery.md",
+        })
+        .unwrap();
+        b.commit(1).unwrap();
+        for l in &b.langs {
+            assert_eq!(terms(&b, l.text), 0, "{:?}", l.lang);
+            assert_eq!(terms(&b, l.heading), 0, "{:?}", l.lang);
+        }
+        let german = "Der Akku des Fahrrads lässt sich am Rahmen oder ausgebaut laden. \
+                      Lagern Sie ihn im Winter bei Zimmertemperatur.";
+        b.add(&Bm25Doc {
+            chunk_id: 2,
+            text: german,
+            heading: Some("Akku laden"),
+            path: "de/akku.md",
+        })
+        .unwrap();
+        b.commit(2).unwrap();
+        b.end_write().unwrap();
+        let de = b.fields_of(Language::German).unwrap();
+        assert!(terms(&b, de.text) > 0);
+        assert!(terms(&b, de.heading) > 0);
+        let fr = b.fields_of(Language::French).unwrap();
+        assert_eq!(terms(&b, fr.text), 0);
+        // No word of the query is in either chunk as it is: "Fahrräder" and "Fahrrads"
+        // share the German stem "fahrrad" (the English stemmer keeps both apart).
+        let hits = b.search("Wo parkt man mehrere Fahrräder?", 5).unwrap();
+        assert_eq!(hits.first().map(|h| h.0), Some(2), "{hits:?}");
     }
 }

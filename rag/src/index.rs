@@ -311,12 +311,13 @@ impl Index {
         let conn = store::open(&dir.join("store.sqlite")).map_err(damaged)?;
         let bm25 = Bm25::open(&dir.join("bm25")).map_err(damaged)?;
         let idx = Index {
-            dir,
+            dir: dir.clone(),
             db: Mutex::new(conn),
             bm25,
             dense: RwLock::new(None),
             embedder,
         };
+        idx.rebuild_uncommitted_bm25().map_err(damaged)?;
         idx.load_dense()?;
         Ok(idx)
     }
@@ -686,6 +687,22 @@ impl Index {
         summary.chunks_added += added_all.len() as u64;
         summary.chunks_removed += removed_all.len() as u64;
         Ok(())
+    }
+
+    /// A text index that never committed over a store with documents (recreated for a new
+    /// layout by [`Bm25::open`], or removed by hand) is rebuilt on open, so that a reader
+    /// does not search an empty one. If a writer holds its lock, that writer rebuilds it.
+    fn rebuild_uncommitted_bm25(&self) -> Result<()> {
+        if self.bm25.committed_generation()?.is_some() || self.generation() == 0 {
+            return Ok(());
+        }
+        if self.bm25.begin_write().is_err() {
+            return Ok(());
+        }
+        let r = self.reconcile_bm25();
+        let end = self.bm25.end_write();
+        r?;
+        end
     }
 
     /// Rebuild the text index from the store when its commit is not the store's latest.

@@ -20,6 +20,7 @@ pub mod engine;
 pub mod hybrid;
 pub mod index;
 pub mod index_files;
+pub mod lang;
 pub mod models;
 pub mod prompt;
 pub mod prompt_head;
