@@ -140,7 +140,7 @@ fn qnn_session(
     args: &Args,
     model: &std::sync::Arc<Model>,
     needed: usize,
-) -> Result<Session<npu_runtime::qnn::QnnBackend>> {
+) -> Result<Session<npu_qnn::QnnBackend>> {
     let kv = args.backend.qnn_kv;
     anyhow::ensure!(
         needed <= kv,

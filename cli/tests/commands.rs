@@ -502,7 +502,7 @@ fn ask_on_the_qnn_backend_answers_with_sources() {
     if !model_available() {
         return;
     }
-    if let Err(e) = npu_runtime::qnn::runtime() {
+    if let Err(e) = npu_qnn::runtime() {
         if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") {
             return;
         }

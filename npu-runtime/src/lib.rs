@@ -6,7 +6,6 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod model;
 pub mod ops;
-pub mod qnn;
 pub mod schedule;
 pub mod session;
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //! (`specdec`) verifies its token trees on whichever backend the engine runs.
 
 use anyhow::{Context, Result};
+use npu_qnn::{BinaryCache, QnnBackend};
 use npu_runtime::backend::Backend;
-use npu_runtime::qnn::{BinaryCache, QnnBackend};
 use npu_runtime::schedule::profile::{cache_dir, cache_path};
 use npu_runtime::schedule::profile_machine;
 use npu_runtime::schedule::{Profile, ScheduleKind};

@@ -6,7 +6,7 @@
 //! (`RAG_QNN_CONTEXT_DIR`, else next to the QNN libraries) and shared with the CLI test of
 //! `rag ask --backend qnn`, which uses the same shapes.
 
-use npu_runtime::qnn::{BinaryCache, QnnBackend};
+use npu_qnn::{BinaryCache, QnnBackend};
 use npu_runtime::session::{generate_greedy, KvPrecision, LoadOptions, Model, Session};
 use rag::engine::{qnn_session_options, QnnShapes};
 use specdec::budget::CostCurve;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// Whether the QNN libraries and SmolLM2 are there; without them the test fails with the
 /// fetch command unless the matching `RAG_SKIP_*` variable is 1.
 fn ready() -> Option<Arc<Model>> {
-    if let Err(e) = npu_runtime::qnn::runtime() {
+    if let Err(e) = npu_qnn::runtime() {
         if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") {
             eprintln!("skipping: {e}");
             return None;

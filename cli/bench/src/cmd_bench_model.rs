@@ -76,8 +76,8 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// Per-block QNN timings (compile, finalize, serialize, load, free, execute at both
 /// shapes), a scheduler profile from them, and the report section `qnn`.
 fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
+    use npu_qnn::{BinaryCache, QnnBackend};
     use npu_runtime::backend::Backend;
-    use npu_runtime::qnn::{BinaryCache, QnnBackend};
     use npu_runtime::schedule::profile::{self, BlockProfile, Profile, PROFILE_FORMAT};
     let cold = std::env::temp_dir().join(format!("rag-qnn-cold-{}", std::process::id()));
     let cache_dir = if args.qnn_cold {
@@ -151,7 +151,7 @@ fn run_qnn(args: &Args, model: &Arc<Model>, name: &str) -> Result<()> {
          miss, else reading the cached binary; all graphs ready in {setup_s:.1} s.\n\n\
          | block | layers | shape | compile ms | finalize ms | serialize ms | cached | binary MB | load ms | free ms | execute ms |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n",
-        npu_runtime::qnn::runtime()?.build_id(),
+        npu_qnn::runtime()?.build_id(),
         args.qnn_chunk,
         args.qnn_kv,
         args.reps.max(1)

@@ -415,7 +415,7 @@ fn run_cpu(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow:
 /// compiled once and cached on disk (`qnn::BinaryCache`), so a switch is a real free of
 /// the G1 context and a load of the G2 context binary.
 fn run_qnn(args: &Args, budget: MemoryBudget, kinds: &[ScheduleKind]) -> anyhow::Result<()> {
-    use npu_runtime::qnn::{BinaryCache, QnnBackend, MIN_PRECISE_ROWS};
+    use npu_qnn::{BinaryCache, QnnBackend, MIN_PRECISE_ROWS};
     let model = load_model(args)?;
     let m = model.clone();
     run_real(

@@ -1,10 +1,7 @@
-//! Shared by the integration tests (QNN, and those that load real models).
+//! Shared by the integration tests that load real models.
 #![allow(dead_code)]
 
-pub mod oracle;
-
 use half::f16;
-use npu_runtime::qnn;
 use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,13 +10,6 @@ use std::sync::Arc;
 pub fn h(v: &[f32]) -> Vec<u8> {
     v.iter()
         .flat_map(|x| f16::from_f32(*x).to_le_bytes())
-        .collect()
-}
-
-/// Little-endian fp16 bytes back to f32.
-pub fn unh(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
         .collect()
 }
 
@@ -34,19 +24,6 @@ pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
-}
-
-/// Whether the QNN HTP libraries can be loaded. When they are absent the test fails with the
-/// fetch command in the message, unless RAG_SKIP_QNN_TESTS=1 asks to skip it.
-pub fn qnn_available() -> bool {
-    match qnn::runtime() {
-        Ok(_) => true,
-        Err(e) if std::env::var("RAG_SKIP_QNN_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipping QNN test: {e}");
-            false
-        }
-        Err(e) => panic!("{e} (set RAG_SKIP_QNN_TESTS=1 to skip QNN tests)"),
-    }
 }
 
 /// SmolLM2-135M from the model cache. A missing model fails with the fetch command, unless

@@ -10,7 +10,7 @@
 
 mod common;
 use common::{qnn_available, smollm2};
-use npu_runtime::qnn::{BinaryCache, QnnBackend};
+use npu_qnn::{BinaryCache, QnnBackend};
 use npu_runtime::schedule::sim::{EventKind, Unit};
 use npu_runtime::schedule::{Form, Instance, ScheduleKind};
 use npu_runtime::session::{argmax, Session, SessionOptions};

@@ -19,8 +19,8 @@
 
 mod common;
 use common::{oracle, qnn_available, smollm2};
+use npu_qnn::{GraphOptions, QnnBackend, WeightFormat};
 use npu_runtime::backend::{Backend, CpuBackend};
-use npu_runtime::qnn::{GraphOptions, QnnBackend, WeightFormat};
 use npu_runtime::session::{argmax, Model, Session, SessionOptions};
 use std::sync::Arc;
 use std::time::Instant;

@@ -33,14 +33,14 @@
 //! compensated (hi, lo) fp16 residual with TwoSum left the logit error unchanged (0.79 vs
 //! 0.78 of a 20.5 range), so the drift comes from the fp16 matmuls/attention, not the adds.
 
-use super::error::QnnResult;
-use super::ffi::Scalar;
-use super::graph::{DType, GraphBuilder, Param, Quant, TensorId, WeightFormat};
-use crate::kernels::QMatrix;
-use crate::model::Model;
+use crate::error::QnnResult;
+use crate::ffi::Scalar;
+use crate::graph::{DType, GraphBuilder, Param, Quant, TensorId, WeightFormat};
 use graphs::config::RopeStyle;
 use graphs::ir::{BlockSpec, GraphShape};
 use half::f16;
+use npu_runtime::kernels::QMatrix;
+use npu_runtime::model::Model;
 
 /// Mask value for hidden slots: large enough to zero the softmax weight in fp16, small
 /// enough that score + mask stays finite.

@@ -1,6 +1,6 @@
 //! Errors of the QNN backend, with the QNN error code when a call failed.
 
-use crate::error::RuntimeError;
+use npu_runtime::error::RuntimeError;
 use std::path::PathBuf;
 
 #[derive(Clone, Debug, thiserror::Error)]

@@ -6,9 +6,9 @@
 //! is all execution needs — execution matches tensors by id — so the same description is
 //! stored next to a context binary and reused after loading it.
 
-use super::error::{QnnError, QnnResult};
-use super::ffi::{self, Handle};
-use super::library::{check, runtime, with_stdout_silenced, QnnRuntime};
+use crate::error::{QnnError, QnnResult};
+use crate::ffi::{self, Handle};
+use crate::library::{check, runtime, with_stdout_silenced, QnnRuntime};
 use std::ffi::{c_void, CString};
 
 /// Element types we use.

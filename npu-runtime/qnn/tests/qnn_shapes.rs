@@ -2,7 +2,7 @@
 //! rows are cut into runs, on the graph's size, or on where a token tree puts its nodes
 //! (one SmolLM2 layer, 32 prompt rows, 64 KV slots). Prefill graphs and decode/verify graphs
 //! of different sizes (`Session` on QNN) and lossless tree verification rely on this; it
-//! holds because every row attends over its own gathered view of the slots (`qnn::lower`,
+//! holds because every row attends over its own gathered view of the slots (`npu_qnn::lower`,
 //! slot attention). An earlier lowering attended over `[cache | this run's rows]`, and then
 //! one run of 32 rows differed from two runs of 16 in the last bits.
 //!
@@ -11,10 +11,10 @@
 mod common;
 use common::{qnn_available, smollm2};
 use graphs::ir::{BlockSpec, GraphShape};
+use npu_qnn::{QnnBackend, QnnGraph};
 use npu_runtime::attention::BatchMask;
 use npu_runtime::backend::{Backend, BlockIo, LogitsRows, PAD_TOKEN};
 use npu_runtime::kv_cache::KvCache;
-use npu_runtime::qnn::{QnnBackend, QnnGraph};
 use npu_runtime::session::Model;
 use std::time::Instant;
 

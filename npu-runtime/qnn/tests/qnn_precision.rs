@@ -8,9 +8,9 @@
 
 mod common;
 use common::qnn_available;
-use npu_runtime::qnn::ffi::Scalar;
-use npu_runtime::qnn::graph::{GraphOptions, Precision};
-use npu_runtime::qnn::{Context, DType, Param};
+use npu_qnn::ffi::Scalar;
+use npu_qnn::graph::{GraphOptions, Precision};
+use npu_qnn::{Context, DType, Param};
 
 fn f32b(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -98,7 +98,7 @@ fn fp32_graphs_compute_in_fp16_under_every_precision_setting() {
 #[test]
 #[ignore]
 fn explore_error_by_graph_size() {
-    use npu_runtime::qnn::QnnBackend;
+    use npu_qnn::QnnBackend;
     use npu_runtime::session::{LoadOptions, Model, Session, SessionOptions};
     if !qnn_available() {
         return;

@@ -2,8 +2,8 @@
 //! device handles. Nothing is linked at build time: without the libraries every QNN entry
 //! point returns [`QnnError::LibsMissing`] with the command that installs them.
 
-use super::error::{QnnError, QnnResult};
-use super::ffi::{self, ApiVersion, FunctionTable, Handle};
+use crate::error::{QnnError, QnnResult};
+use crate::ffi::{self, ApiVersion, FunctionTable, Handle};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

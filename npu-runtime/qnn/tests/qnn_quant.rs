@@ -18,10 +18,10 @@
 mod common;
 use common::{h, qnn_available, rand_vec, smollm2, unh};
 use graphs::ir::{BlockSpec, GraphShape};
+use npu_qnn::{Context, DType, GraphOptions, QnnBackend, QnnGraph, Quant, WeightFormat};
 use npu_runtime::attention::BatchMask;
 use npu_runtime::backend::{Backend, BlockIo, LogitsRows};
 use npu_runtime::kv_cache::KvCache;
-use npu_runtime::qnn::{Context, DType, GraphOptions, QnnBackend, QnnGraph, Quant, WeightFormat};
 use std::time::Instant;
 
 /// Quantizes `w [rows, cols]` to u8 with one asymmetric range per row (or for the whole

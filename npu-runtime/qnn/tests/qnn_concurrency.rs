@@ -9,7 +9,7 @@
 
 mod common;
 use common::{h, qnn_available, rand_vec};
-use npu_runtime::qnn::{self, Context, DType, IoTensor};
+use npu_qnn::{Context, DType, IoTensor};
 use std::time::Instant;
 
 struct Binary {
@@ -67,7 +67,7 @@ fn overlap_round(
     yb: &[u8],
 ) -> (usize, f64) {
     let t0 = Instant::now();
-    let rt = qnn::runtime().unwrap();
+    let rt = npu_qnn::runtime().unwrap();
     rt.take_max_concurrent_calls();
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -105,7 +105,7 @@ fn contexts_load_and_free_while_another_executes() {
     let yb = run(&Context::from_binary(&b.bytes).unwrap(), "b", &b, &xb);
     assert!(ya.iter().any(|&v| v != 0) && yb.iter().any(|&v| v != 0));
 
-    let rt = qnn::runtime().unwrap();
+    let rt = npu_qnn::runtime().unwrap();
     let default_serial = rt.serial_calls();
     rt.set_serial_calls(true);
     let serial = overlap_round(&a, &b, &xa, &xb, &ya, &yb);

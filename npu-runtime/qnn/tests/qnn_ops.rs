@@ -3,8 +3,8 @@
 
 mod common;
 use common::{h, qnn_available, rand_vec, unh};
-use npu_runtime::qnn::ffi::Scalar;
-use npu_runtime::qnn::{self, Context, DType, Param};
+use npu_qnn::ffi::Scalar;
+use npu_qnn::{Context, DType, Param};
 
 fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
@@ -22,7 +22,7 @@ fn provider_reports_the_expected_api() {
     if !qnn_available() {
         return;
     }
-    let rt = qnn::runtime().unwrap();
+    let rt = npu_qnn::runtime().unwrap();
     let v = rt.api_version();
     assert_eq!((v.core.major, v.core.minor), (2, 40));
     assert!(rt.build_id().starts_with('v'), "{}", rt.build_id());

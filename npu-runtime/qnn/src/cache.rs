@@ -3,9 +3,9 @@
 //! the graph's application tensors (execution matches tensors by id, so the ids must be
 //! stored with the binary).
 
-use super::error::{QnnError, QnnResult};
-use super::graph::{DType, GraphOptions, IoTensor, WeightFormat};
-use super::lower::LOWERING_VERSION;
+use crate::error::{QnnError, QnnResult};
+use crate::graph::{DType, GraphOptions, IoTensor, WeightFormat};
+use crate::lower::LOWERING_VERSION;
 use graphs::ir::{BlockSpec, GraphShape};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ impl BinaryCache {
     pub fn default_dir() -> PathBuf {
         std::env::var_os("RAG_QNN_CONTEXT_DIR")
             .map(PathBuf::from)
-            .unwrap_or_else(|| super::library::lib_dir().join("contexts"))
+            .unwrap_or_else(|| crate::library::lib_dir().join("contexts"))
     }
 
     pub fn dir(&self) -> &Path {
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn option_keys_keep_defaults_and_separate_weight_formats() {
-        use super::super::graph::Precision;
+        use crate::graph::Precision;
         let d = GraphOptions::default();
         assert_eq!(options_key(&d), "");
         let s8 = GraphOptions {

@@ -3,17 +3,17 @@
 //! contextFree; execute = host staging (fp16 conversion, mask, RoPE tables, past KV) and
 //! graphExecute, then the new K/V rows go back into the host cache.
 
-use super::cache::{entry_key, file_hash, options_key, BinaryCache, CachedGraph};
-use super::error::QnnError;
-use super::graph::{Context, Graph, GraphOptions, IoTensor};
-use super::library::runtime;
-use super::lower::{build_block, MASK_HIDDEN};
-use crate::backend::{Backend, BlockIo, GraphStats, LogitsRows};
-use crate::error::{Result, RuntimeError};
-use crate::kv_cache::KvCache;
-use crate::model::Model;
+use crate::cache::{entry_key, file_hash, options_key, BinaryCache, CachedGraph};
+use crate::error::QnnError;
+use crate::graph::{Context, Graph, GraphOptions, IoTensor};
+use crate::library::runtime;
+use crate::lower::{build_block, MASK_HIDDEN};
 use graphs::ir::{BlockSpec, GraphShape};
 use half::f16;
+use npu_runtime::backend::{Backend, BlockIo, GraphStats, LogitsRows};
+use npu_runtime::error::{Result, RuntimeError};
+use npu_runtime::kv_cache::KvCache;
+use npu_runtime::model::Model;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
