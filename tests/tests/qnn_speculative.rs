@@ -13,6 +13,11 @@ use specdec::budget::CostCurve;
 use specdec::{GenConfig, Generator, Mode};
 use std::sync::Arc;
 
+/// The two tests run one after the other: run side by side in one process they ended in a
+/// SIGSEGV inside the emulator (CI, 2026-11-29; each passes alone and both pass in turn).
+/// Until that is understood, they do not overlap.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Whether the QNN libraries and SmolLM2 are there; without them the test fails with the
 /// fetch command unless the matching `RAG_SKIP_*` variable is 1.
 fn ready() -> Option<Arc<Model>> {
@@ -62,6 +67,7 @@ const TOKENS: usize = 16;
 
 #[test]
 fn qnn_sdnpu_equals_qnn_greedy_token_for_token() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(model) = ready() else { return };
     let mut session = qnn_session(&model);
     // A flat curve, as the 16-row graph's cost is the same for every batch it holds:
@@ -117,6 +123,7 @@ fn qnn_sdnpu_equals_qnn_greedy_token_for_token() {
 fn progressive_switching_on_qnn_keeps_the_greedy_tokens() {
     use npu_runtime::schedule::{BlockProfile, Profile, ScheduleKind};
     use npu_runtime::session::Switching;
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(model) = ready() else { return };
     let mut session = qnn_session(&model);
     let mut prompt = vec![model.tokenizer().bos_id().unwrap_or(0)];
