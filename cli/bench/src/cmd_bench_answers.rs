@@ -8,11 +8,11 @@
 //! ("not mentioned", "no information", ...) and may forbid strings a made-up answer would
 //! contain (a currency sign for a price).
 
+use crate::scratch_index::{open_assistant, ScratchDir};
 use crate::{bench_report, data_files};
 use anyhow::{Context, Result};
-use rag::assistant::{AskOptions, Assistant, AssistantOptions, Sampling};
+use rag::assistant::{AskOptions, Sampling};
 use rag::select::Selector;
-use rag::IndexOptions;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -77,15 +77,6 @@ struct ModelResult {
     failed: Vec<String>,
 }
 
-/// A scratch index directory removed when the benchmark ends, whatever happens.
-struct ScratchDir(PathBuf);
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn is_correct(answer: &str, expect: &[Vec<String>], forbid: &[String]) -> bool {
     let a = answer.to_lowercase();
     expect
@@ -116,8 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let load_start = crate::cmd_bench_retrieval::load_average();
-    let index_dir =
-        ScratchDir(std::env::temp_dir().join(format!("rag-bench-answers-{}", std::process::id())));
+    let index_dir = ScratchDir::new("rag-bench-answers-")?;
     let mut results = Vec::new();
     for (mi, model) in a
         .models
@@ -126,17 +116,8 @@ pub fn run(a: Args) -> Result<()> {
         .filter(|m| !m.is_empty())
         .enumerate()
     {
-        let mut opts = AssistantOptions::new(&index_dir.0);
-        opts.model = model.to_owned();
-        opts.threads = a.threads;
-        let assistant = Assistant::open(opts)?;
-        if mi == 0 {
-            assistant.add_paths(
-                std::slice::from_ref(&a.corpus),
-                &IndexOptions::default(),
-                &|_| {},
-            )?;
-        }
+        let corpus = (mi == 0).then_some(a.corpus.as_path());
+        let assistant = open_assistant(&index_dir, model, a.threads, corpus)?;
         let mut ask = AskOptions {
             max_tokens: a.max_tokens,
             ..AskOptions::default()

@@ -16,11 +16,11 @@
 //! A turn's sources are right when one of the expected files is among the cited sources;
 //! its answer is correct when every expected fact appears (as in `rag-bench answers`).
 
+use crate::scratch_index::{open_assistant, ScratchDir};
 use crate::{bench_report, data_files};
 use anyhow::{Context, Result};
 use graphs::chat::ChatMessage;
-use rag::assistant::{Answer, AskOptions, Assistant, AssistantOptions};
-use rag::IndexOptions;
+use rag::assistant::{Answer, AskOptions};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -103,9 +103,8 @@ pub fn run(a: Args) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let load_start = crate::cmd_bench_retrieval::load_average();
-    let index_dir = std::env::temp_dir().join(format!("rag-bench-conv-{}", std::process::id()));
+    let index_dir = ScratchDir::new("rag-bench-conv-")?;
     let result = run_in(&a, &conversations, &index_dir);
-    let _ = std::fs::remove_dir_all(&index_dir);
     let tallies = result?;
 
     let mut table = format!(
@@ -154,20 +153,8 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-fn run_in(
-    a: &Args,
-    conversations: &[Conversation],
-    index_dir: &std::path::Path,
-) -> Result<Vec<Tally>> {
-    let mut opts = AssistantOptions::new(index_dir);
-    opts.model = a.model.clone();
-    opts.threads = a.threads;
-    let assistant = Assistant::open(opts)?;
-    assistant.add_paths(
-        std::slice::from_ref(&a.corpus),
-        &IndexOptions::default(),
-        &|_| {},
-    )?;
+fn run_in(a: &Args, conversations: &[Conversation], index_dir: &ScratchDir) -> Result<Vec<Tally>> {
+    let assistant = open_assistant(index_dir, &a.model, a.threads, Some(&a.corpus))?;
     let ask = AskOptions {
         max_tokens: a.max_tokens,
         ..AskOptions::default()

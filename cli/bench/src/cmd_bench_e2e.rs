@@ -13,10 +13,10 @@
 //! (ours its prompt-prefix reuse, llama-cpp-python its prefix match). Peak RSS is each
 //! process's high-water mark: ours includes the embedder and the index.
 
+use crate::scratch_index::{open_assistant, ScratchDir};
 use crate::{bench_report, data_files};
 use anyhow::{bail, Context, Result};
-use rag::assistant::{AskOptions, Assistant, AssistantOptions};
-use rag::IndexOptions;
+use rag::assistant::{AskOptions, Assistant};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -124,16 +124,9 @@ pub fn run(a: Args) -> Result<()> {
     let model_path = rag::models::ensure(&a.model)?;
     let load_avg_start = crate::cmd_bench_retrieval::load_average();
 
-    let index_dir = tempfile_dir("rag-bench-e2e")?;
-    let mut opts = AssistantOptions::new(index_dir.path());
-    opts.model = model_path.display().to_string();
-    opts.threads = a.threads;
-    let assistant = Assistant::open(opts)?;
-    assistant.add_paths(
-        std::slice::from_ref(&a.corpus),
-        &IndexOptions::default(),
-        &|_| {},
-    )?;
+    let index_dir = ScratchDir::new("rag-bench-e2e-")?;
+    let model_arg = model_path.display().to_string();
+    let assistant = open_assistant(&index_dir, &model_arg, a.threads, Some(&a.corpus))?;
     let t = Instant::now();
     assistant.load_model()?;
     let our_load_ms = ms(t);
@@ -274,7 +267,9 @@ fn ask_ours(assistant: &Assistant, question: &str, ask: &AskOptions) -> Result<(
         answer_ms,
         decode_tok_s: rate(n, answer_ms - ttft_ms),
         tokens: n,
-        prompt_prefilled: answer.prompt_tokens - answer.reused_prompt_tokens,
+        prompt_prefilled: answer
+            .prompt_tokens
+            .saturating_sub(answer.reused_prompt_tokens),
         text: answer.answer,
     };
     Ok((run, retrieve, answer.prompt_tokens))
@@ -550,27 +545,6 @@ fn file_name(p: &Path) -> String {
 fn file_stem(p: &Path) -> String {
     p.file_stem()
         .map_or_else(|| "model".to_owned(), |f| f.to_string_lossy().into_owned())
-}
-
-/// A scratch directory removed when the benchmark ends, whatever happens.
-struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempfile_dir(prefix: &str) -> Result<ScratchDir> {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(ScratchDir(dir))
 }
 
 #[cfg(test)]

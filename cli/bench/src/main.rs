@@ -14,6 +14,7 @@ mod cmd_bench_prefill;
 mod cmd_bench_retrieval;
 mod cmd_bench_specdec;
 mod data_files;
+mod scratch_index;
 
 use clap::{Parser, Subcommand};
 
