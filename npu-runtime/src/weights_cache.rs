@@ -13,7 +13,11 @@
 //! and each entry's type, shape, length and alignment match what the GGUF says; and only
 //! if its data part (every byte after the header) has the checksum the header records
 //! (`checksum`: XXH3-64 of 1 MiB pieces, hashed on the loader's thread pool before any
-//! matrix is built on the mapping), so a flipped bit in the weights is never used.
+//! matrix is built on the mapping), so a flipped bit in the weights is never used. The
+//! check reads the data once more at about memory speed (~0.1 s for a 0.58 GB cache,
+//! ~0.2 s for 1.1 GB on a 2-core development machine); a model's data is read from
+//! memory by every forward pass anyway.
+//!
 //! A cache file of another format version, model file or build is a plain miss; one that
 //! is damaged (cut short, a header or data checksum that does not match) is a miss the
 //! user is told about (`CacheOutcome`'s notes). Either way the model is repacked and the
