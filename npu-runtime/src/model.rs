@@ -5,7 +5,7 @@ use crate::error::{Result, RuntimeError};
 use crate::kernels::screen::{ArgmaxScreen, MIN_SCREENED_WEIGHTS};
 use crate::kernels::ThreadPool;
 use crate::weights::{ModelWeights, SCREEN_COARSE};
-use crate::weights_cache::{self, CacheOutcome, WeightsCache};
+use crate::weights_cache::{self, CacheOutcome, Lookup, WeightsCache};
 use graphs::chat::ChatTemplate;
 use graphs::config::ModelConfig;
 use graphs::gguf::GgufFile;
@@ -57,17 +57,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Writes `model`'s repacked matrices to its cache file in `dir` on a thread of its own
 /// (which keeps the model alive until done); `Model::wait_weights_cache` joins it.
+/// `damage`: what was wrong with the damaged cache file it replaces, if any.
 fn write_cache_in_background(
     model: &Arc<Model>,
     dir: PathBuf,
     key: std::io::Result<weights_cache::CacheKey>,
+    damage: Option<String>,
 ) {
     let m = model.clone();
     let write = move || {
         let stored =
             key.and_then(|k| weights_cache::store(&dir, &m.path, k, &m.weights.named_matrices()));
         *lock(&m.cache) = match stored {
-            Ok(p) => CacheOutcome::Written(p),
+            Ok(path) => CacheOutcome::Written { path, damage },
             Err(e) => {
                 tracing::warn!("repacked-weights cache in {}: {e}", dir.display());
                 CacheOutcome::NotWritten(e.to_string())
@@ -100,9 +102,16 @@ impl Model {
             WeightsCache::Dir(dir) => Some((dir, weights_cache::key(path, &f))),
             WeightsCache::Off => None,
         };
-        let cached = cache_dir
-            .as_ref()
-            .and_then(|(dir, key)| weights_cache::open(dir, path, *key.as_ref().ok()?));
+        // Checked (data checksum included) before any matrix is built on it.
+        let lookup = match &cache_dir {
+            Some((dir, Ok(key))) => weights_cache::open(dir, path, *key, &pool),
+            _ => Lookup::Miss,
+        };
+        let (cached, damage) = match lookup {
+            Lookup::Hit(c) => (Some(c), None),
+            Lookup::Miss => (None, None),
+            Lookup::Damaged(what) => (None, Some(what.to_string())),
+        };
         let (mut weights, mut all_cached) =
             ModelWeights::load(&f, &config, &pool, cached.as_ref())?;
         let head = weights.lm_head();
@@ -131,8 +140,11 @@ impl Model {
                 None,
             ),
             Some((dir, key)) => (
-                CacheOutcome::Writing(weights_cache::cache_path(dir, path)),
-                Some((dir.clone(), key)),
+                CacheOutcome::Writing {
+                    path: weights_cache::cache_path(dir, path),
+                    damage: damage.clone(),
+                },
+                Some((dir.clone(), key, damage)),
             ),
         };
         let tokenizer = Tokenizer::from_gguf(&f)
@@ -156,8 +168,8 @@ impl Model {
             cache: Mutex::new(cache),
             cache_writer: Mutex::new(None),
         });
-        if let Some((dir, key)) = pending {
-            write_cache_in_background(&model, dir, key);
+        if let Some((dir, key, damage)) = pending {
+            write_cache_in_background(&model, dir, key, damage);
         }
         Ok(model)
     }

@@ -1,23 +1,45 @@
 //! The repacked-weights cache gives the same model as repacking (bit-identical logits),
-//! and a damaged, truncated, stale or unwritable cache never breaks a load: the model is
-//! repacked and the cache rewritten.
+//! and a damaged (header or data), truncated, stale, old-format or unwritable cache never
+//! breaks a load: the model is repacked and the cache rewritten, and damage is reported.
 
 mod common;
 
 use common::{logit_bits as logits, model_or_skip as model};
+use npu_runtime::kernels::ThreadPool;
 use npu_runtime::session::{LoadOptions, Model};
+use npu_runtime::weights_cache::checksum::{data_checksum, Streaming, CHUNK};
 use npu_runtime::weights_cache::{cache_path, CacheOutcome, WeightsCache};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 fn load(path: &Path, weights_cache: WeightsCache) -> Arc<Model> {
+    load_on(path, weights_cache, 2)
+}
+
+fn load_on(path: &Path, weights_cache: WeightsCache, threads: usize) -> Arc<Model> {
     let opts = LoadOptions {
-        threads: 2,
+        threads,
         weights_cache,
         ..LoadOptions::default()
     };
     Model::load(path, &opts).unwrap()
 }
+
+fn writing(path: &Path, damage: Option<&str>) -> CacheOutcome {
+    CacheOutcome::Writing {
+        path: path.to_path_buf(),
+        damage: damage.map(str::to_string),
+    }
+}
+
+fn written(path: &Path, damage: Option<&str>) -> CacheOutcome {
+    CacheOutcome::Written {
+        path: path.to_path_buf(),
+        damage: damage.map(str::to_string),
+    }
+}
+
+const DATA_DAMAGED: &str = "its data does not match its checksum";
 
 /// Qwen2.5-0.5B Q4_K_M mixes Q4_K, Q5_0, Q6_K and Q8_0 matrices.
 #[test]
@@ -31,11 +53,8 @@ fn cached_weights_give_the_same_model() {
 
     let first = load(&path, cache.clone());
     let file = cache_path(dir.path(), &path);
-    assert_eq!(first.weights_cache(), CacheOutcome::Writing(file.clone()));
-    assert_eq!(
-        first.wait_weights_cache(),
-        CacheOutcome::Written(file.clone())
-    );
+    assert_eq!(first.weights_cache(), writing(&file, None));
+    assert_eq!(first.wait_weights_cache(), written(&file, None));
     assert!(
         logits(&first) == want,
         "repacked model changed after writing the cache"
@@ -78,20 +97,11 @@ fn a_cache_without_the_screen_is_rewritten_with_it() {
     };
     let plain = load_with(true);
     assert!(plain.weights().lm_screen.is_none());
-    assert_eq!(
-        plain.wait_weights_cache(),
-        CacheOutcome::Written(file.clone())
-    );
+    assert_eq!(plain.wait_weights_cache(), written(&file, None));
     let screened = load_with(false);
     assert!(screened.weights().lm_screen.is_some());
-    assert_eq!(
-        screened.weights_cache(),
-        CacheOutcome::Writing(file.clone())
-    );
-    assert_eq!(
-        screened.wait_weights_cache(),
-        CacheOutcome::Written(file.clone())
-    );
+    assert_eq!(screened.weights_cache(), writing(&file, None));
+    assert_eq!(screened.wait_weights_cache(), written(&file, None));
     let again = load_with(false);
     assert!(again.weights().lm_screen.is_some());
     assert_eq!(again.weights_cache(), CacheOutcome::Hit(file));
@@ -102,7 +112,8 @@ fn a_cache_without_the_screen_is_rewritten_with_it() {
     );
 }
 
-/// A cache that does not match its model is ignored and rewritten.
+/// A cache that does not match its model is ignored and rewritten; a damaged one is
+/// reported as such, a stale or old-format one is not.
 #[test]
 fn damaged_or_stale_caches_are_rebuilt() {
     let Some(src) = model("smollm2-135m") else {
@@ -115,22 +126,21 @@ fn damaged_or_stale_caches_are_rebuilt() {
     let cache = WeightsCache::Dir(dir.clone());
     let want = logits(&load(&gguf, WeightsCache::Off));
     let file = cache_path(&dir, &gguf);
-    let rebuilt = |what: &str| {
+    let rebuilt = |what: &str, damage: Option<&str>| {
         let m = load(&gguf, cache.clone());
-        assert!(
-            matches!(m.weights_cache(), CacheOutcome::Writing(_)),
-            "{what}: {:?}",
-            m.weights_cache()
-        );
+        assert_eq!(m.weights_cache(), writing(&file, damage), "{what}");
         assert!(logits(&m) == want, "{what}: logits changed");
-        assert_eq!(m.wait_weights_cache(), CacheOutcome::Written(file.clone()));
+        assert_eq!(m.wait_weights_cache(), written(&file, damage), "{what}");
     };
-    rebuilt("no cache yet");
+    rebuilt("no cache yet", None);
 
     let mut bytes = std::fs::read(&file).unwrap();
     bytes[20] ^= 1;
     std::fs::write(&file, &bytes).unwrap();
-    rebuilt("damaged header");
+    rebuilt(
+        "damaged header",
+        Some("its header does not match its checksum"),
+    );
 
     let len = std::fs::metadata(&file).unwrap().len();
     std::fs::OpenOptions::new()
@@ -139,7 +149,14 @@ fn damaged_or_stale_caches_are_rebuilt() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    rebuilt("truncated file");
+    rebuilt("truncated file", Some("the file is cut short"));
+
+    // A cache of the previous format version (no data checksum): a plain rebuild.
+    let mut bytes = std::fs::read(&file).unwrap();
+    assert_eq!(&bytes[..8], b"RAGRPK\0\x02");
+    bytes[7] = 1;
+    std::fs::write(&file, &bytes).unwrap();
+    rebuilt("previous format version", None);
 
     // The model file changes (same bytes, a new modification time): the cache is stale.
     let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
@@ -149,7 +166,7 @@ fn damaged_or_stale_caches_are_rebuilt() {
         .unwrap()
         .set_modified(later)
         .unwrap();
-    rebuilt("model file modified");
+    rebuilt("model file modified", None);
 
     // Another model file with the same layout and the same modification time: a changed
     // weight byte (the first of a tensor's data) is enough to miss.
@@ -168,14 +185,108 @@ fn damaged_or_stale_caches_are_rebuilt() {
         .set_modified(mtime)
         .unwrap();
     let m = load(&gguf, cache.clone());
-    assert!(
-        matches!(m.weights_cache(), CacheOutcome::Writing(_)),
-        "same-layout file"
-    );
+    assert_eq!(m.weights_cache(), writing(&file, None), "same-layout file");
     m.wait_weights_cache();
 
     let m = load(&gguf, cache);
     assert_eq!(m.weights_cache(), CacheOutcome::Hit(file));
+}
+
+/// One flipped bit in the data part of a written cache (in a matrix near its end, or
+/// anywhere in its middle) is caught before the weights are used: the next load repacks
+/// (the same model as a fresh load), says the file was damaged and rewrites it, and the
+/// load after that maps the new file.
+#[test]
+fn a_flipped_data_bit_is_caught_and_the_cache_rebuilt() {
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = WeightsCache::Dir(dir.path().to_path_buf());
+    let want = logits(&load(&path, WeightsCache::Off));
+    let file = cache_path(dir.path(), &path);
+    load(&path, cache.clone()).wait_weights_cache();
+    let clean = std::fs::read(&file).unwrap();
+    // The file ends where the last matrix ends: its last byte is a weight byte.
+    for at in [clean.len() - 1, clean.len() / 2] {
+        let mut bytes = clean.clone();
+        bytes[at] ^= 0x04;
+        std::fs::write(&file, &bytes).unwrap();
+
+        let m = load(&path, cache.clone());
+        assert_eq!(
+            m.weights_cache(),
+            writing(&file, Some(DATA_DAMAGED)),
+            "{at}"
+        );
+        assert!(
+            logits(&m) == want,
+            "byte {at}: logits differ from a fresh load"
+        );
+        assert_eq!(m.wait_weights_cache(), written(&file, Some(DATA_DAMAGED)));
+        assert!(
+            std::fs::read(&file).unwrap() == clean,
+            "byte {at}: not rewritten"
+        );
+
+        let m = load(&path, cache.clone());
+        assert_eq!(m.weights_cache(), CacheOutcome::Hit(file.clone()));
+        assert!(logits(&m) == want, "byte {at}: rewritten cache differs");
+    }
+}
+
+/// The data checksum does not depend on how many threads hash it: a cache written by
+/// the one background thread is accepted by loads on 1 to 4 threads, and the parallel
+/// checksum of any bytes equals the one-thread streaming checksum fed in odd pieces.
+#[test]
+fn the_checksum_is_the_same_for_any_thread_count() {
+    let pools: Vec<ThreadPool> = (1..=4).map(ThreadPool::new).collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let bytes: Vec<u8> = (0..5 * CHUNK + 123)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    for len in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK, bytes.len()] {
+        let data = &bytes[..len];
+        let sums: Vec<u64> = pools.iter().map(|p| data_checksum(data, p)).collect();
+        assert!(sums.iter().all(|&s| s == sums[0]), "{len} bytes: {sums:x?}");
+        let mut streaming = Streaming::default();
+        let mut at = 0;
+        for step in [1, 4095, CHUNK + 3, 17].iter().cycle() {
+            if at == len {
+                break;
+            }
+            let end = len.min(at + step);
+            streaming.update(&data[at..end]);
+            at = end;
+        }
+        assert_eq!(streaming.finish(), sums[0], "{len} bytes streamed");
+        if len > 0 {
+            let mut changed = data.to_vec();
+            changed[len / 2] ^= 0x80;
+            assert_ne!(data_checksum(&changed, &pools[1]), sums[0], "{len} bytes");
+        }
+    }
+
+    let Some(path) = model("smollm2-135m") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = WeightsCache::Dir(dir.path().to_path_buf());
+    load(&path, cache.clone()).wait_weights_cache();
+    let file: PathBuf = cache_path(dir.path(), &path);
+    for threads in 1..=4 {
+        let m = load_on(&path, cache.clone(), threads);
+        assert_eq!(
+            m.weights_cache(),
+            CacheOutcome::Hit(file.clone()),
+            "{threads} threads"
+        );
+    }
 }
 
 /// Two processes' worth of first loads at once: both work, and the cache they leave is valid.
