@@ -9,6 +9,7 @@ use crate::lower::LOWERING_VERSION;
 use graphs::ir::{BlockSpec, GraphShape};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// 64-bit FNV-1a over a file's bytes: a content key for the model (not cryptographic;
 /// a collision would only reuse a stale cache entry of a same-sized, same-named block).
@@ -109,15 +110,20 @@ impl BinaryCache {
         })
     }
 
-    /// Stores an entry atomically (write to temp files, then rename).
+    /// Stores an entry atomically (write to temp files, then rename). The temp names are
+    /// unique per call, not only per process: two sessions of one process that compile the
+    /// same graph at once would otherwise write into the same temp file and rename it
+    /// under each other.
     pub fn put(&self, key: &str, g: &CachedGraph) -> QnnResult<()> {
+        static PUTS: AtomicU64 = AtomicU64::new(0);
         let io = |e: std::io::Error| {
             QnnError::Invalid(format!("context cache {}: {e}", self.dir.display()))
         };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
+        let n = PUTS.fetch_add(1, Ordering::Relaxed);
         let tmp = |ext: &str| {
             self.dir
-                .join(format!(".{key}.{}.{ext}", std::process::id()))
+                .join(format!(".{key}.{}.{n}.{ext}", std::process::id()))
         };
         std::fs::write(tmp("bin"), &g.binary).map_err(io)?;
         std::fs::write(tmp("io"), format_io(&g.inputs, &g.outputs)).map_err(io)?;
@@ -234,6 +240,37 @@ mod tests {
         assert_eq!(r.binary, vec![1, 2, 3]);
         std::fs::write(c.dir().join(format!("{k1}.io")), "garbage").unwrap();
         assert!(c.get(&k1).is_none());
+    }
+
+    #[test]
+    fn concurrent_puts_of_one_key_all_succeed_and_leave_a_whole_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = BinaryCache::new(dir.path().to_path_buf());
+        let entry = |byte: u8| CachedGraph {
+            binary: vec![byte; 1 << 20],
+            inputs: vec![],
+            outputs: vec![],
+        };
+        let (a, b) = (entry(1), entry(2));
+        for _ in 0..20 {
+            std::thread::scope(|s| {
+                let ha = s.spawn(|| c.put("k", &a));
+                let hb = s.spawn(|| c.put("k", &b));
+                ha.join().unwrap().unwrap();
+                hb.join().unwrap().unwrap();
+            });
+            let got = c.get("k").unwrap().binary;
+            assert!(
+                got == a.binary || got == b.binary,
+                "a mixed or partial entry"
+            );
+        }
+        // No temp file is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
     }
 
     #[test]
