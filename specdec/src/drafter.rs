@@ -170,6 +170,9 @@ pub struct SamConfig {
     pub calib_vote_below: usize,
     /// Root branches from the votes.
     pub calib_vote_width: usize,
+    /// Further earlier occurrences of the longest own match (most recent first)
+    /// drafted beside its first one (0: only the automaton's first occurrence).
+    pub occurrences: usize,
 }
 
 impl SamConfig {
@@ -189,6 +192,7 @@ impl SamConfig {
             calib_follow_text: false,
             calib_vote_below: 0,
             calib_vote_width: 3,
+            occurrences: 4,
         }
     }
 }
@@ -341,6 +345,27 @@ impl Drafter for SamDrafter {
                 );
             }
         }
+        // Other occurrences of the longest match: the first one is an arbitrary pick
+        // among equally long matches, and the text may go on differently elsewhere.
+        if self.cfg.occurrences > 0 && n_own > 0 {
+            let (len, first) = own[0];
+            let text = self.own.text();
+            recent_occurrences(text, len, self.cfg.occurrences + 1, &mut self.found);
+            let base = match_confidence(len);
+            let ms = OTHER_OCCURRENCE + match_strength(len);
+            for &end in self.found.iter().filter(|&&e| e != first) {
+                if own[..n_own].iter().any(|&(_, e)| e == end) {
+                    continue;
+                }
+                tree.insert_feat(
+                    0,
+                    self.own.continuation(end, depth),
+                    |d| base * 0.92f32.powi(d as i32),
+                    |d| feature(KIND_SELF, ms, d),
+                    SRC_SELF,
+                );
+            }
+        }
         // Database: longest suffix of the context found in past text.
         if let Some(db) = &self.db {
             db.link_chain(self.db_match, &mut self.chain, self.cfg.db_branches);
@@ -464,6 +489,30 @@ impl Drafter for SamDrafter {
     }
 }
 
+/// Strength offset of own-context candidates from another occurrence than the
+/// automaton's first one (their acceptance is learned apart).
+const OTHER_OCCURRENCE: usize = 8;
+
+/// End indices of earlier occurrences of the last `len` tokens of `text` (not the
+/// text's own end), most recent first, at most `max`.
+fn recent_occurrences(text: &[u32], len: usize, max: usize, out: &mut Vec<usize>) {
+    out.clear();
+    let n = text.len();
+    if len == 0 || len >= n {
+        return;
+    }
+    let suffix = &text[n - len..];
+    let last = suffix[len - 1];
+    for e in (len - 1..n - 1).rev() {
+        if out.len() >= max {
+            break;
+        }
+        if text[e] == last && text[e + 1 - len..=e] == *suffix {
+            out.push(e);
+        }
+    }
+}
+
 /// Build the drafter for a mode; `db` is the database automaton shared by runs.
 pub fn make_drafter(mode: Mode, db: Option<Arc<SuffixAutomaton>>) -> Box<dyn Drafter + Send> {
     make_drafter_windowed(mode, db, usize::MAX)
@@ -485,5 +534,51 @@ pub fn make_drafter_windowed(
             },
             db,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::ARM_ALL;
+
+    /// Depth of `future` in the trie `mode`'s drafter builds after `ctx`.
+    fn recalled(cfg: SamConfig, ctx: &[u32], future: &[u32]) -> usize {
+        let mut d = SamDrafter::new(cfg, None);
+        d.begin(ctx, &PrefillOut::default());
+        let mut t = DraftTree::new(256, 32);
+        t.reset(*ctx.last().unwrap());
+        d.draft(ctx, &mut t, 0);
+        t.rank(None);
+        let mut r = Vec::new();
+        t.path_ranks(future, ARM_ALL, &mut r);
+        r.len()
+    }
+
+    #[test]
+    fn recent_occurrences_lists_every_earlier_match_most_recent_first() {
+        let text = [1, 2, 3, 1, 2, 4, 0, 1, 2];
+        let mut out = Vec::new();
+        recent_occurrences(&text, 2, 8, &mut out);
+        assert_eq!(out, vec![4, 1]);
+        recent_occurrences(&text, 2, 1, &mut out);
+        assert_eq!(out, vec![4]);
+        recent_occurrences(&text, 3, 8, &mut out);
+        assert!(out.is_empty(), "0 1 2 occurs only at the end");
+        recent_occurrences(&text, 9, 8, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn later_occurrences_of_the_longest_match_are_drafted() {
+        // "1 2" ends the context; its first occurrence goes on with 3, a later one
+        // with 4 5 6 7, which is what follows. Only the first is the automaton's.
+        let ctx = [1, 2, 3, 9, 9, 1, 2, 4, 5, 6, 7, 8, 1, 2];
+        let future = [4, 5, 6, 7];
+        let mut cfg = SamConfig::for_mode(Mode::Sam);
+        cfg.occurrences = 0;
+        assert_eq!(recalled(cfg.clone(), &ctx, &future), 0);
+        cfg.occurrences = 2;
+        assert_eq!(recalled(cfg, &ctx, &future), 4);
     }
 }

@@ -16,6 +16,7 @@ pub mod calibration;
 pub mod curve_cache;
 pub mod drafter;
 pub mod extension;
+pub mod gap;
 pub mod generate;
 pub mod metrics;
 pub mod mock;

@@ -14,6 +14,7 @@ use rag::engine::Engine;
 use serde_json::json;
 use specdec::budget::{CostCurve, DEFAULT_SIZES};
 use specdec::curve_cache::{self, CurveSource};
+use specdec::gap::{gap_parts, GapParts};
 use specdec::oracle::{longest_true_continuations, oracle_schedule, OracleSchedule, OracleSources};
 use specdec::{GenConfig, Generator, Metrics, Mode, Sampling, TokenDb};
 use std::path::{Path, PathBuf};
@@ -554,10 +555,55 @@ pub fn run(args: Args) -> Result<()> {
             max_rows,
         )
     });
+    // Where each drafting mode's gap to the bound goes (`specdec::gap`): the same
+    // greedy outputs, sources and curve, the drafter replayed at every position.
+    let gaps: Vec<Option<GapParts>> = results
+        .iter()
+        .map(|r| {
+            (oracle.is_some() && r.mode != Mode::None).then(|| {
+                let mut model = specdec::accept_model::AcceptModel::default();
+                let mut total = GapParts::default();
+                for (i, out) in greedy.outputs.iter().enumerate() {
+                    let earlier: Vec<&[u32]> = if args.no_conversation_db {
+                        Vec::new()
+                    } else {
+                        greedy.outputs[..i].iter().map(Vec::as_slice).collect()
+                    };
+                    total.add(&gap_parts(
+                        r.mode,
+                        &prompts[i],
+                        out,
+                        &earlier,
+                        &curve,
+                        max_rows,
+                        &mut model,
+                    ));
+                }
+                total
+            })
+        })
+        .collect();
     // A mode's measured speed-up over plain decoding (the oracle's reference).
     let over_plain = |m: &Metrics| {
         if has_greedy && m.ms_per_token() > 0.0 {
             greedy.metrics.ms_per_token() / m.ms_per_token()
+        } else {
+            f64::NAN
+        }
+    };
+    // The same from the cost curve (steps' padded batches, plus drafting time for the
+    // mode; plain decoding: one row per step), insensitive to load during the run.
+    let modeled_over_plain = |m: &Metrics| {
+        if has_greedy && m.modeled_ms_per_token() > 0.0 {
+            greedy.metrics.modeled_ms_per_token() / m.modeled_ms_per_token()
+        } else {
+            f64::NAN
+        }
+    };
+    // Verify time alone, as the oracle's schedules count it.
+    let modeled_verify_over_plain = |m: &Metrics| {
+        if has_greedy && m.modeled_verify_ms > 0.0 {
+            greedy.metrics.modeled_verify_ms / m.modeled_verify_ms
         } else {
             f64::NAN
         }
@@ -608,7 +654,7 @@ pub fn run(args: Args) -> Result<()> {
     table.push_str("| mode | decode tok/s | ms/token | speedup | modeled speedup | mean accepted (kept) | mean batch | valid | wasted | underutil. | draft overhead | prefill ms | mismatches | potential @4 / @8 / @16 / @64 |\n");
     table.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut jmodes = serde_json::Map::new();
-    for r in &results {
+    for (r, gap) in results.iter().zip(&gaps) {
         let m = &r.metrics;
         let (v, w, u) = m.shares();
         let speedup = if m.ms_per_token() > 0.0 {
@@ -692,6 +738,8 @@ pub fn run(args: Args) -> Result<()> {
                 "potential_accepted_64": m.potential_accepted(64),
                 "speedup_over_plain": over_plain(m),
                 "share_of_oracle": oracle.map(|o| over_plain(m) / o.speedup()),
+                "modeled_share_of_oracle": oracle.map(|o| modeled_over_plain(m) / o.speedup()),
+                "gap": gap.as_ref().map(|g| gap_json(g, modeled_verify_over_plain(m))),
             }),
         );
     }
@@ -738,15 +786,25 @@ pub fn run(args: Args) -> Result<()> {
                 .iter()
                 .map(|r| {
                     let x = over_plain(&r.metrics);
+                    let y = modeled_over_plain(&r.metrics);
                     format!(
-                        "{} {x:.2}x ({:.0}%)",
+                        "{} {x:.2}x ({:.0}%; modeled {y:.2}x, {:.0}%)",
                         r.mode.name(),
-                        100.0 * x / o.speedup()
+                        100.0 * x / o.speedup(),
+                        100.0 * y / o.speedup()
                     )
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
+        for (r, g) in results.iter().zip(&gaps) {
+            let Some(g) = g else { continue };
+            table.push_str(&gap_line(
+                r.mode.name(),
+                g,
+                modeled_verify_over_plain(&r.metrics),
+            ));
+        }
     }
     if let Some(l) = &llama {
         table.push_str(&format!(
@@ -852,6 +910,73 @@ pub fn run(args: Args) -> Result<()> {
         bench_report::write_section_in(path, &key, &title, &table)?;
     }
     Ok(())
+}
+
+/// Modeled verify milliseconds per output token of a schedule (lower is faster).
+fn ms_per_token(s: &OracleSchedule) -> f64 {
+    s.cost_ms / s.tokens.max(1) as f64
+}
+
+/// Shares of the run's gap to the oracle (in modeled verify time per token) lost to the
+/// drafter's recall, its ranking, and the budget chosen without hindsight; `run` is
+/// the run's modeled verify speed-up over plain decoding.
+fn gap_shares(g: &GapParts, run: f64) -> [f64; 3] {
+    let plain = g.oracle.base_ms / g.oracle.tokens.max(1) as f64;
+    let run_ms = plain / run;
+    let (o, rc, rk) = (
+        ms_per_token(&g.oracle),
+        ms_per_token(&g.recall),
+        ms_per_token(&g.ranked),
+    );
+    let total = (run_ms - o).max(1e-12);
+    [(rc - o) / total, (rk - rc) / total, (run_ms - rk) / total]
+}
+
+fn gap_line(mode: &str, g: &GapParts, run: f64) -> String {
+    let [recall, ranking, budget] = gap_shares(g, run);
+    format!(
+        "\nGap to the bound, {mode} (`specdec::gap`, modeled verify time on this curve, over plain \
+         decoding; tokens per step in brackets): oracle {:.2}x ({:.2}), oracle without look-ahead \
+         {:.2}x ({:.2}); the drafter's whole trie at every position (recall) {:.2}x ({:.2}); that \
+         trie cut by its ranking at the best budget in hindsight {:.2}x ({:.2}); the run {run:.2}x. \
+         Of the run's gap to the oracle: recall {:.0}%, ranking {:.0}%, budget chosen without \
+         hindsight {:.0}%. Mean true continuation per position: oracle {:.2}, in the trie {:.2}; \
+         {} of {} positions had an oracle continuation of >= 2 tokens the trie held only in part \
+         ({} not at all).\n",
+        g.oracle.speedup(),
+        g.oracle.tokens_per_step(),
+        g.myopic.speedup(),
+        g.myopic.tokens_per_step(),
+        g.recall.speedup(),
+        g.recall.tokens_per_step(),
+        g.ranked.speedup(),
+        g.ranked.tokens_per_step(),
+        100.0 * recall,
+        100.0 * ranking,
+        100.0 * budget,
+        g.oracle_len as f64 / g.positions.max(1) as f64,
+        g.recall_len as f64 / g.positions.max(1) as f64,
+        g.short_positions,
+        g.positions,
+        g.empty_positions,
+    )
+}
+
+fn gap_json(g: &GapParts, run: f64) -> serde_json::Value {
+    let [recall, ranking, budget] = gap_shares(g, run);
+    json!({
+        "oracle": g.oracle.speedup(),
+        "myopic_oracle": g.myopic.speedup(),
+        "recall": g.recall.speedup(),
+        "ranked": g.ranked.speedup(),
+        "run_modeled_verify": run,
+        "share_recall": recall,
+        "share_ranking": ranking,
+        "share_budget": budget,
+        "positions": g.positions,
+        "short_positions": g.short_positions,
+        "empty_positions": g.empty_positions,
+    })
 }
 
 struct LlamaCpp {
