@@ -10,5 +10,7 @@ pub mod schedule;
 pub mod session;
 #[cfg(test)]
 mod test_rng;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 pub mod weights;
 pub mod weights_cache;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{logit_bits as logits, model_or_skip as model};
+use common::{logit_bits as logits, model_or_skip as model, xorshift};
 use npu_runtime::kernels::ThreadPool;
 use npu_runtime::session::{LoadOptions, Model};
 use npu_runtime::weights_cache::checksum::{data_checksum, Streaming, CHUNK};
@@ -241,14 +241,9 @@ fn a_flipped_data_bit_is_caught_and_the_cache_rebuilt() {
 #[test]
 fn the_checksum_is_the_same_for_any_thread_count() {
     let pools: Vec<ThreadPool> = (1..=4).map(ThreadPool::new).collect();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let bytes: Vec<u8> = (0..5 * CHUNK + 123)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
+    let bytes: Vec<u8> = xorshift(0x9E37_79B9_7F4A_7C15)
+        .take(5 * CHUNK + 123)
+        .map(|x| x as u8)
         .collect();
     for len in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK, bytes.len()] {
         let data = &bytes[..len];

@@ -23,7 +23,10 @@ use crate::accept_model::AcceptModel;
 use crate::budget::CostCurve;
 use crate::drafter::{make_drafter, Drafter, Mode};
 use crate::generate::GenConfig;
-use crate::oracle::{longest_true_continuations, oracle_schedule, OracleSchedule, OracleSources};
+use crate::oracle::{
+    chain_options, cheapest_schedule, longest_true_continuations, oracle_schedule, OracleSchedule,
+    OracleSources,
+};
 use crate::sam::SuffixAutomaton;
 use crate::target::PrefillOut;
 use crate::tokendb::{TokenDb, DEFAULT_MAX_TOKENS};
@@ -63,43 +66,6 @@ impl GapParts {
     }
 }
 
-/// Cheapest schedule producing positions `1..need` when a step at position `j` may
-/// pick any `(rows, tokens accepted)` of `opts[j]` (one row and none is always allowed).
-pub fn cheapest_schedule(
-    opts: &[Vec<(usize, usize)>],
-    need: usize,
-    curve: &CostCurve,
-) -> OracleSchedule {
-    let need = need.min(opts.len());
-    if need <= 1 {
-        return OracleSchedule::default();
-    }
-    let mut best = vec![(0.0f64, 0usize, 0usize); need + 1];
-    for j in (1..need).rev() {
-        let mut pick = (
-            curve.cost(1) + best[j + 1].0,
-            best[j + 1].1 + 1,
-            best[j + 1].2 + 1,
-        );
-        for &(rows, acc) in &opts[j] {
-            let next = j + 1 + acc.min(need - 1 - j);
-            let (c, s, r) = best[next];
-            let cost = curve.cost(rows.max(1)) + c;
-            if cost < pick.0 {
-                pick = (cost, s + 1, r + rows.max(1));
-            }
-        }
-        best[j] = pick;
-    }
-    OracleSchedule {
-        steps: best[1].1,
-        tokens: need - 1,
-        rows: best[1].2,
-        cost_ms: best[1].0,
-        base_ms: (need - 1) as f64 * curve.cost(1),
-    }
-}
-
 /// Each step takes the option of `opts[j]` with the most tokens per millisecond
 /// (ties: more tokens), without looking ahead.
 pub fn myopic_schedule(
@@ -130,13 +96,6 @@ pub fn myopic_schedule(
     s.tokens = need - 1;
     s.base_ms = (need - 1) as f64 * curve.cost(1);
     s
-}
-
-/// Chains of every length up to `cont[j]` (the oracle's options).
-fn chain_options(cont: &[usize]) -> Vec<Vec<(usize, usize)>> {
-    cont.iter()
-        .map(|&c| (1..=c).map(|l| (l + 1, l)).collect())
-        .collect()
 }
 
 /// Builds a drafter over a database automaton.
@@ -243,19 +202,6 @@ mod tests {
 
     fn curve() -> CostCurve {
         CostCurve::new(vec![1, 2, 4, 8, 16], vec![10.0, 11.0, 12.0, 16.0, 30.0]).unwrap()
-    }
-
-    #[test]
-    fn cheapest_schedule_over_chains_is_the_oracle() {
-        let cont = [0, 3, 0, 5, 1, 0, 7, 2, 0, 0, 4, 1];
-        let c = curve();
-        for rows in [1, 2, 4, 8, 16] {
-            let capped: Vec<usize> = cont.iter().map(|&x| x.min(rows - 1)).collect();
-            let a = cheapest_schedule(&chain_options(&capped), cont.len(), &c);
-            let b = oracle_schedule(&cont, cont.len(), &c, rows);
-            assert!((a.cost_ms - b.cost_ms).abs() < 1e-9, "{rows}: {a:?} {b:?}");
-            assert_eq!(a.tokens, b.tokens);
-        }
     }
 
     #[test]

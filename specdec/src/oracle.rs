@@ -106,20 +106,34 @@ pub fn oracle_schedule(
     curve: &CostCurve,
     max_rows: usize,
 ) -> OracleSchedule {
-    let need = need.min(cont.len());
+    let capped: Vec<usize> = cont.iter().map(|&c| c.min(max_rows.max(1) - 1)).collect();
+    cheapest_schedule(&chain_options(&capped), need, curve)
+}
+
+/// Cheapest schedule producing positions `1..need` when a step at position `j` may
+/// pick any `(rows, tokens accepted)` of `opts[j]` (one row and none is always allowed).
+pub fn cheapest_schedule(
+    opts: &[Vec<(usize, usize)>],
+    need: usize,
+    curve: &CostCurve,
+) -> OracleSchedule {
+    let need = need.min(opts.len());
     if need <= 1 {
         return OracleSchedule::default();
     }
-    // best[j]: (cost, steps, rows) to produce positions j..need.
     let mut best = vec![(0.0f64, 0usize, 0usize); need + 1];
     for j in (1..need).rev() {
-        let max_l = cont[j].min(max_rows.max(1) - 1).min(need - 1 - j);
-        let mut pick = (f64::INFINITY, 0, 0);
-        for l in 0..=max_l {
-            let (c, s, r) = best[j + l + 1];
-            let cost = curve.cost(l + 1) + c;
+        let mut pick = (
+            curve.cost(1) + best[j + 1].0,
+            best[j + 1].1 + 1,
+            best[j + 1].2 + 1,
+        );
+        for &(rows, acc) in &opts[j] {
+            let next = j + 1 + acc.min(need - 1 - j);
+            let (c, s, r) = best[next];
+            let cost = curve.cost(rows.max(1)) + c;
             if cost < pick.0 {
-                pick = (cost, s + 1, r + l + 1);
+                pick = (cost, s + 1, r + rows.max(1));
             }
         }
         best[j] = pick;
@@ -131,6 +145,13 @@ pub fn oracle_schedule(
         cost_ms: best[1].0,
         base_ms: (need - 1) as f64 * curve.cost(1),
     }
+}
+
+/// Chains of every length up to `cont[j]` (the oracle's options).
+pub fn chain_options(cont: &[usize]) -> Vec<Vec<(usize, usize)>> {
+    cont.iter()
+        .map(|&c| (1..=c).map(|l| (l + 1, l)).collect())
+        .collect()
 }
 
 #[cfg(test)]
