@@ -588,20 +588,30 @@ unsafe fn kquant_pairs<const F: u8>(
                             (_mm512_setzero_si512(), _mm512_setzero_si512())
                         };
                         let (mut lo_a, mut hi_a, mut lo_b, mut hi_b) = (lo0, hi0, lo0, hi0);
-                        for c in 0..4 {
-                            let xl = _mm512_set1_epi32(a.add(c).read_unaligned());
-                            let xh = _mm512_set1_epi32(a.add(c + 4).read_unaligned());
-                            lo_a = _mm512_dpbusd_epi32(lo_a, wa[c], xl);
-                            lo_b = _mm512_dpbusd_epi32(lo_b, wb[c], xl);
-                            hi_a = _mm512_dpbusd_epi32(hi_a, wa[c + 4], xh);
-                            hi_b = _mm512_dpbusd_epi32(hi_b, wb[c + 4], xh);
-                        }
                         let (va, vb) = if F == Q4K {
+                            // One sub-block, one scale: one chain per group. The
+                            // tokens' chains are independent, so out-of-order
+                            // execution hides the 8-deep latency, and the port-bound
+                            // step saves the two halves' adds (integer sums: the
+                            // same bits).
+                            for c in 0..8 {
+                                let x = _mm512_set1_epi32(a.add(c).read_unaligned());
+                                lo_a = _mm512_dpbusd_epi32(lo_a, wa[c], x);
+                                lo_b = _mm512_dpbusd_epi32(lo_b, wb[c], x);
+                            }
                             (
-                                _mm512_mullo_epi32(_mm512_add_epi32(lo_a, hi_a), sc_lo_a),
-                                _mm512_mullo_epi32(_mm512_add_epi32(lo_b, hi_b), sc_lo_b),
+                                _mm512_mullo_epi32(lo_a, sc_lo_a),
+                                _mm512_mullo_epi32(lo_b, sc_lo_b),
                             )
                         } else {
+                            for c in 0..4 {
+                                let xl = _mm512_set1_epi32(a.add(c).read_unaligned());
+                                let xh = _mm512_set1_epi32(a.add(c + 4).read_unaligned());
+                                lo_a = _mm512_dpbusd_epi32(lo_a, wa[c], xl);
+                                lo_b = _mm512_dpbusd_epi32(lo_b, wb[c], xl);
+                                hi_a = _mm512_dpbusd_epi32(hi_a, wa[c + 4], xh);
+                                hi_b = _mm512_dpbusd_epi32(hi_b, wb[c + 4], xh);
+                            }
                             (
                                 _mm512_add_epi32(
                                     _mm512_mullo_epi32(lo_a, sc_lo_a),
