@@ -23,6 +23,8 @@ pub struct Args {
     #[arg(long, default_value = "bench/retrieval/questions.jsonl")]
     pub questions: PathBuf,
     /// Reuse this index directory (default: a fresh temporary one, removed afterwards).
+    /// With `--scale`, the synthetic corpus is kept beside it (`<DIR>.corpus`), so a second
+    /// run re-indexes nothing and measures only the queries.
     #[arg(long)]
     pub index_dir: Option<PathBuf>,
     /// BM25 only.
@@ -463,7 +465,12 @@ fn synth_corpus(dir: &Path, vocab_from: &[PathBuf], chunks: usize) -> Result<usi
             }
             doc.push('\n');
         }
-        std::fs::write(sub.join(format!("doc{f:06}.md")), doc)?;
+        // A kept corpus (`--index-dir`) is rewritten only where it differs, so its
+        // index sees no change.
+        let path = sub.join(format!("doc{f:06}.md"));
+        if std::fs::read(&path).ok().as_deref() != Some(doc.as_bytes()) {
+            std::fs::write(path, doc)?;
+        }
     }
     Ok(files_needed * 10)
 }
@@ -483,12 +490,17 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     let embedder = rag_cli::embedder::load_embedder(a.no_dense)?;
     let dense = embedder.is_some();
     let tmp = index_dir(a, &format!("scale{n}"));
-    let corpus_dir =
-        std::env::temp_dir().join(format!("rag-bench-synth{n}-{}", std::process::id()));
-    let _cleanup = TempIndex {
-        dir: corpus_dir.clone(),
-        remove: true,
+    let corpus = match &a.index_dir {
+        Some(d) => TempIndex {
+            dir: d.with_extension("corpus"),
+            remove: false,
+        },
+        None => TempIndex {
+            dir: std::env::temp_dir().join(format!("rag-bench-synth{n}-{}", std::process::id())),
+            remove: true,
+        },
     };
+    let corpus_dir = corpus.dir.clone();
     let planned = synth_corpus(&corpus_dir, &a.corpus, n)?;
     let index = Index::open(&tmp.dir, embedder)?;
     let (summary, parse_s, embed_s) =
@@ -523,6 +535,13 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
         summary.chunks_total,
         if dense { embedder_label() } else { "none (--no-dense: BM25 only)".into() }
     )?;
+    if summary.chunks_added == 0 {
+        writeln!(
+            body,
+            "The index in {} was already built: the indexing columns are of a run that changed nothing.\n",
+            tmp.dir.display()
+        )?;
+    }
     if let (Some(s), Some(e)) = (load_start, load_end) {
         writeln!(
             body,
