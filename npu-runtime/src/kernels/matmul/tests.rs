@@ -431,3 +431,58 @@ fn every_batch_size_is_bit_identical_to_portable_single_tokens() {
         }
     }
 }
+
+/// The K-quant pair passes keep partial sums in narrow lanes (a Q4_K half-block's sum
+/// of 16 products goes through a 16-bit `vpdpwssd` operand), so the largest codes
+/// times full-scale activations of either sign must still give the portable bits:
+/// every Q4_K code 15 with every 6-bit scale and min 63, and every Q6_K code 0 (-32)
+/// or 63 (+31) with scale +-127, against activations that quantize to +-127 in runs
+/// of 16 columns.
+#[test]
+fn largest_k_quant_codes_are_bit_identical_to_portable() {
+    use graphs::quant::{BlockQ4K, BlockQ6K};
+    use std::mem::{offset_of, size_of};
+    // 16 row groups: two per pool task, so the pair passes run.
+    let (rows, cols, n) = (256, 512, 24);
+    let f16_at = |b: &mut [u8], at: usize, v: f32| {
+        b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes())
+    };
+    let mut q4 = vec![0xFFu8; rows * cols / 256 * size_of::<BlockQ4K>()];
+    for b in q4.chunks_exact_mut(size_of::<BlockQ4K>()) {
+        f16_at(b, offset_of!(BlockQ4K, d), 0.002);
+        f16_at(b, offset_of!(BlockQ4K, dmin), 0.001);
+    }
+    let mut matrices = vec![(GgmlType::Q4K, q4)];
+    for (code, scale) in [(0x00u8, 0x7Fu8), (0xFF, 0x81)] {
+        let mut q6 = vec![code; rows * cols / 256 * size_of::<BlockQ6K>()];
+        for b in q6.chunks_exact_mut(size_of::<BlockQ6K>()) {
+            b[offset_of!(BlockQ6K, scales)..][..16].fill(scale);
+            f16_at(b, offset_of!(BlockQ6K, d), 0.002);
+        }
+        matrices.push((GgmlType::Q6K, q6));
+    }
+    // Token t: +1 or -1 in runs of 16 columns, the pattern shifted per token.
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| {
+            let (t, c) = (i / cols, i % cols);
+            if (c / 16 + t) % 3 == 0 {
+                -1.0
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let pool = ThreadPool::new(2);
+    let mut scratch = MatmulScratch::new(n, cols);
+    for (ty, bytes) in matrices {
+        let w = QMatrix::from_ggml(ty, rows, cols, &bytes).unwrap();
+        let mut want = vec![0f32; n * rows];
+        matmul_with_isa(Isa::Portable, &w, &x, n, &mut want, &mut scratch, &pool);
+        assert!(want.iter().all(|v| v.is_finite() && *v != 0.0), "{ty:?}");
+        for isa in Isa::available() {
+            let mut got = vec![f32::NAN; n * rows];
+            matmul_with_isa(isa, &w, &x, n, &mut got, &mut scratch, &pool);
+            assert_eq!(bits(&got), bits(&want), "{ty:?} {isa:?}");
+        }
+    }
+}
