@@ -534,30 +534,6 @@ unsafe fn super_step<const F: u8>(
     }
 }
 
-/// `vpdpwssd acc, a, b` as written: the intrinsic lets the compiler split it into
-/// `vpmaddwd` + `vpaddd` (three vector uops for two of these where two would do), which
-/// the K-quant pair pass, bound by its vector ports, cannot afford.
-///
-/// # Safety
-/// AVX-512 F/VNNI.
-#[inline]
-#[target_feature(enable = "avx512f,avx512vnni")]
-unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-    let mut acc = acc;
-    // SAFETY: register operands only (no memory, no stack); the caller's target has
-    // AVX-512 F and VNNI.
-    unsafe {
-        std::arch::asm!(
-            "vpdpwssd {acc}, {a}, {b}",
-            acc = inout(zmm_reg) acc,
-            a = in(zmm_reg) a,
-            b = in(zmm_reg) b,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    acc
-}
-
 /// [`kquant`] over two adjacent row groups per pass (see [`quant_pairs`]): the
 /// activation broadcasts and per-token sums of each block feed both groups; per
 /// (token, group) the same integer super-block sums and float steps as [`kquant`], so
@@ -620,41 +596,28 @@ unsafe fn kquant_pairs<const F: u8>(
                             hi_a = _mm512_dpbusd_epi32(hi_a, wa[c + 4], xh);
                             hi_b = _mm512_dpbusd_epi32(hi_b, wb[c + 4], xh);
                         }
-                        // The first block starts the super-block's sums.
-                        let [sum_a, sum_b] = if j == 0 {
-                            [_mm512_setzero_si512(); 2]
+                        let (va, vb) = if F == Q4K {
+                            (
+                                _mm512_mullo_epi32(_mm512_add_epi32(lo_a, hi_a), sc_lo_a),
+                                _mm512_mullo_epi32(_mm512_add_epi32(lo_b, hi_b), sc_lo_b),
+                            )
                         } else {
-                            *isum
+                            (
+                                _mm512_add_epi32(
+                                    _mm512_mullo_epi32(lo_a, sc_lo_a),
+                                    _mm512_mullo_epi32(hi_a, sc_hi_a),
+                                ),
+                                _mm512_add_epi32(
+                                    _mm512_mullo_epi32(lo_b, sc_lo_b),
+                                    _mm512_mullo_epi32(hi_b, sc_hi_b),
+                                ),
+                            )
                         };
-                        *isum = if F == Q4K {
-                            // `sum + lo·sc + hi·sc` by two `vpdpwssd`, one vector uop each
-                            // where `vpmulld` takes two and the add a third: a half's
-                            // 16 products of 4-bit codes and int8 codes fit in an i16
-                            // (|lo| <= 16·15·128 = 30720), so its dword's low word is
-                            // `lo` and its high word the sign, and the 6-bit scale's
-                            // dword is the word pair (sc, 0). Exact int32 sums: the
-                            // same bits as the multiply.
-                            [
-                                dpwssd(dpwssd(sum_a, lo_a, sc_lo_a), hi_a, sc_lo_a),
-                                dpwssd(dpwssd(sum_b, lo_b, sc_lo_b), hi_b, sc_lo_b),
-                            ]
+                        // The first block starts the super-block's sums.
+                        *isum = if j == 0 {
+                            [va, vb]
                         } else {
-                            [
-                                _mm512_add_epi32(
-                                    sum_a,
-                                    _mm512_add_epi32(
-                                        _mm512_mullo_epi32(lo_a, sc_lo_a),
-                                        _mm512_mullo_epi32(hi_a, sc_hi_a),
-                                    ),
-                                ),
-                                _mm512_add_epi32(
-                                    sum_b,
-                                    _mm512_add_epi32(
-                                        _mm512_mullo_epi32(lo_b, sc_lo_b),
-                                        _mm512_mullo_epi32(hi_b, sc_hi_b),
-                                    ),
-                                ),
-                            ]
+                            [_mm512_add_epi32(isum[0], va), _mm512_add_epi32(isum[1], vb)]
                         };
                     }
                 }

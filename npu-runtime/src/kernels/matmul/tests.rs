@@ -432,12 +432,12 @@ fn every_batch_size_is_bit_identical_to_portable_single_tokens() {
     }
 }
 
-/// The K-quant pair passes keep partial sums in narrow lanes (a Q4_K half-block's sum
-/// of 16 products goes through a 16-bit `vpdpwssd` operand), so the largest codes
-/// times full-scale activations of either sign must still give the portable bits:
-/// every Q4_K code 15 with every 6-bit scale and min 63, and every Q6_K code 0 (-32)
-/// or 63 (+31) with scale +-127, against activations that quantize to +-127 in runs
-/// of 16 columns.
+/// The largest K-quant codes times full-scale activations of either sign give the
+/// portable bits on every ISA, in the pair passes too (a kernel that kept partial sums
+/// in lanes narrower than the products need fails here, where random codes rarely
+/// reach the range): every Q4_K code 15 with every 6-bit scale and min 63, and every
+/// Q6_K code 0 (-32) or 63 (+31) with scale +-127, against activations that quantize
+/// to +-127 in runs of 16 columns.
 #[test]
 fn largest_k_quant_codes_are_bit_identical_to_portable() {
     use graphs::quant::{BlockQ4K, BlockQ6K};
