@@ -49,7 +49,7 @@ impl BertConfig {
         self.hidden_size / self.num_attention_heads
     }
 
-    fn validate(&self) -> Result<(), BertError> {
+    pub(crate) fn validate(&self) -> Result<(), BertError> {
         let bad = |m: String| Err(BertError::Config(m));
         if self.hidden_act != "gelu" {
             return bad(format!(

@@ -3,7 +3,9 @@
 use super::linear::Linear;
 use super::linear::MR as ROW_ALIGN;
 use super::ops::{add_layer_norm, exp_approx, gelu_in_place, mean_pool_normalize};
+use super::packed_e5::PackedE5;
 use super::parallel::for_row_chunks;
+use super::unigram::UnigramTokenizer;
 use super::weights::{self, BertWeights};
 use super::{BertConfig, BertError, WeightFormat};
 use npu_runtime::kernels::gemm_f32::{gemm_f32, gemm_f32_serial, BOperand, GemmIsa, GemmScratch};
@@ -136,6 +138,44 @@ impl BertModel {
     ) -> Result<Self, BertError> {
         let pool = ThreadPool::with_available_parallelism();
         Self::build(config_json, safetensors, format, pool)
+    }
+
+    /// Loads a packed multilingual-e5 file (`e5-small-q4.bin`, format `E5S1`): the encoder
+    /// with its dense layers dequantised from Q4_0 into `format`, and the tokenizer stored in
+    /// the same file.
+    pub fn load_packed_e5(
+        path: &Path,
+        format: WeightFormat,
+    ) -> Result<(Self, UnigramTokenizer), BertError> {
+        let pool = ThreadPool::with_available_parallelism();
+        let bytes = read_parallel(path, &pool).map_err(|source| BertError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::build_packed_e5(&bytes, format, pool)
+    }
+
+    /// [`BertModel::load_packed_e5`] from the file's bytes.
+    pub fn packed_e5_from_bytes(
+        bytes: &[u8],
+        format: WeightFormat,
+    ) -> Result<(Self, UnigramTokenizer), BertError> {
+        Self::build_packed_e5(bytes, format, ThreadPool::with_available_parallelism())
+    }
+
+    fn build_packed_e5(
+        bytes: &[u8],
+        format: WeightFormat,
+        pool: ThreadPool,
+    ) -> Result<(Self, UnigramTokenizer), BertError> {
+        let file = PackedE5::parse(bytes)?;
+        let w = file.weights(format, &pool)?;
+        let model = BertModel {
+            cfg: file.config,
+            w,
+            pool,
+        };
+        Ok((model, file.tokenizer))
     }
 
     fn build(
@@ -302,11 +342,11 @@ impl BertModel {
                         row.fill(0.0); // padding
                         continue;
                     };
-                    let word = &w.word[id as usize * h..][..h];
+                    w.word.row_into(id as usize, row);
                     let pos = &w.position[t * h..][..h];
                     let ty = &w.token_type[..h];
-                    for (((o, a), p), y) in row.iter_mut().zip(word).zip(pos).zip(ty) {
-                        *o = a + p + y;
+                    for ((o, p), y) in row.iter_mut().zip(pos).zip(ty) {
+                        *o = *o + p + y;
                     }
                     add_layer_norm(row, None, &w.emb_ln.0, &w.emb_ln.1, eps);
                 }

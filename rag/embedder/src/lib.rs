@@ -1,4 +1,5 @@
-//! BERT-family sentence encoder (all-MiniLM-L6-v2 and kin) on the runtime's kernels.
+//! BERT-family sentence encoder (all-MiniLM-L6-v2, multilingual-e5-small and kin) on the
+//! runtime's kernels.
 //!
 //! The encoder is a static-shape graph like the LLM graphs: a batch of token-id sequences is
 //! padded to the batch's longest sequence, an attention mask keeps the padding from ever
@@ -13,18 +14,22 @@ mod config;
 mod encoder;
 mod linear;
 mod ops;
+mod packed_e5;
 mod parallel;
+mod q4;
+mod unigram;
 mod weights;
 
 pub use config::BertConfig;
 pub use encoder::{BertModel, BertWorkspace};
 pub use linear::{PackedLinear, WeightFormat};
 pub use ops::{erf_approx, exp_approx};
+pub use unigram::{SpecialIds, UnigramTokenizer, METASPACE};
 
 /// Why a BERT model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
 pub enum BertError {
-    /// config.json or model.safetensors could not be read.
+    /// config.json, model.safetensors or the packed e5 file could not be read.
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -33,7 +38,8 @@ pub enum BertError {
     /// config.json is not a BERT configuration we can run.
     #[error("config: {0}")]
     Config(String),
-    /// The weights file is corrupt, misses a tensor or has a tensor of the wrong shape/type.
+    /// The weights file (or the vocabulary packed with them) is corrupt or truncated, misses
+    /// a tensor or has a tensor of the wrong shape/type.
     #[error("weights: {0}")]
     Weights(String),
     /// The call's token ids cannot be encoded (empty sequence, id outside the vocabulary,

@@ -17,11 +17,33 @@ pub(crate) struct LayerWeights {
 }
 
 pub(crate) struct BertWeights {
-    pub word: Vec<f32>,
+    pub word: WordTable,
     pub position: Vec<f32>,
     pub token_type: Vec<f32>,
     pub emb_ln: (Vec<f32>, Vec<f32>),
     pub layers: Vec<LayerWeights>,
+}
+
+/// The word-embedding table: f32 rows, or Q4_0 rows dequantised one token at a time (a
+/// 250k-token table is 54 MB in Q4_0 and would be 384 MB in f32).
+pub(crate) enum WordTable {
+    F32(Vec<f32>),
+    /// Row-major Q4_0 blocks, `hidden / 32` blocks per row (see [`crate::q4`]).
+    Q4_0(Vec<u8>),
+}
+
+impl WordTable {
+    /// Writes row `id` (of width `out.len()`) into `out`.
+    pub fn row_into(&self, id: usize, out: &mut [f32]) {
+        let h = out.len();
+        match self {
+            WordTable::F32(w) => out.copy_from_slice(&w[id * h..][..h]),
+            WordTable::Q4_0(q) => {
+                let row = crate::q4::row_bytes(h);
+                crate::q4::dequantize(&q[id * row..][..row], out);
+            }
+        }
+    }
 }
 
 struct Reader<'a> {
@@ -119,7 +141,7 @@ pub(crate) fn load(
     let (word, position, token_type, emb_ln) =
         into_inner(embeddings).expect("the embeddings task ran")?;
     Ok(BertWeights {
-        word,
+        word: WordTable::F32(word),
         position,
         token_type,
         emb_ln,
