@@ -140,7 +140,7 @@ impl AssistantArgs {
     pub fn require_models(&self, s: &Settings, dense: bool) -> Result<()> {
         rag_cli::exit::require_model(&s.model)?;
         if dense {
-            rag_cli::exit::require_model(rag::models::DEFAULT_EMBEDDER)?;
+            rag_cli::exit::require_model(&rag::embed::choose_embedder(&s.index_dir, None)?)?;
         }
         Ok(())
     }

@@ -20,6 +20,11 @@ pub struct Args {
     /// BM25 only: do not load the embedding model.
     #[arg(long)]
     pub no_dense: bool,
+    /// Embedding model: minilm-l6-v2 (English) or multilingual-e5-small [default: the one
+    /// the index was built with, else minilm-l6-v2]. The index remembers it, so searching
+    /// and asking need no flag; naming another one re-embeds every chunk.
+    #[arg(long, value_name = "NAME")]
+    pub embedder: Option<String>,
     /// Maximum tokens per chunk. The library's default, so `rag ask --corpus` and
     /// `rag serve --corpus` find the chunks of this index current.
     #[arg(long, default_value_t = IndexOptions::default().chunk.chunk_tokens)]
@@ -76,7 +81,7 @@ pub fn run(a: Args) -> Result<()> {
     if resync {
         exit::require_index(&index_dir, "")?;
     }
-    let embedder = load_embedder(a.no_dense)?;
+    let embedder = load_embedder(a.no_dense, &index_dir, a.embedder.as_deref())?;
     let rebuilt = if a.rebuild {
         Some(remove_for_rebuild(&index_dir, &a.dirs)?)
     } else {

@@ -25,7 +25,7 @@ pub fn run(a: Args) -> Result<()> {
     // and the embedder is here; otherwise the next dense search rebuilds it from the store.
     let has_vectors = Index::open(&index_dir, None)?.stats().vectors > 0;
     let embedder = if has_vectors {
-        rag_cli::embedder::load_embedder(false).unwrap_or(None)
+        rag_cli::embedder::load_embedder(false, &index_dir, None).unwrap_or(None)
     } else {
         None
     };

@@ -33,7 +33,7 @@ pub fn run(a: Args) -> Result<()> {
     let index_dir = config.index_dir(a.index_dir);
     rag_cli::exit::require_index(&index_dir, "")?;
     let mode = if a.no_dense { SearchMode::Bm25 } else { a.mode };
-    let embedder = rag_cli::embedder::load_embedder(mode == SearchMode::Bm25)?;
+    let embedder = rag_cli::embedder::load_embedder(mode == SearchMode::Bm25, &index_dir, None)?;
     let index = Index::open(&index_dir, embedder)?;
     let hits = index.search(&a.query, config.top_k(a.top_k), mode)?;
     if a.json {

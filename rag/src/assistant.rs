@@ -48,7 +48,6 @@
 //! # }
 //! ```
 
-use crate::embed::MiniLmEmbedder;
 use crate::embed_api::Embedder;
 use crate::engine::{self, BackendChoice, Engine};
 use crate::index::{Hit, Index, IndexOptions, IndexProgress, IndexSummary, SearchMode};
@@ -102,7 +101,8 @@ pub struct AssistantOptions {
     pub index_dir: PathBuf,
     /// A manifest name (fetched on first use) or a path to a GGUF file.
     pub model: String,
-    /// Dense retrieval with the MiniLM embedder (fetched on first use); BM25 only if false.
+    /// Dense retrieval with the embedder the index was built with (`rag index --embedder`;
+    /// MiniLM for a new index), fetched on first use; BM25 only if false.
     pub dense: bool,
     /// Compute threads; 0 = all cores.
     pub threads: usize,
@@ -394,8 +394,10 @@ impl Assistant {
             std::thread::spawn(move || load_model_file(&opts))
         });
         let embedder: Option<Arc<dyn Embedder>> = if opts.dense {
-            let dir = models::ensure(models::DEFAULT_EMBEDDER)?;
-            Some(Arc::new(MiniLmEmbedder::load_configured(&dir)?))
+            // The embedder the index was built with (MiniLM for a new one).
+            let name = crate::embed::choose_embedder(&opts.index_dir, None)?;
+            models::ensure(&name)?;
+            Some(crate::embed::load_named(&name)?)
         } else {
             None
         };

@@ -1,17 +1,20 @@
-//! all-MiniLM-L6-v2 sentence embeddings: the [`Embedder`] behind dense retrieval.
+//! Sentence embeddings for dense retrieval: all-MiniLM-L6-v2 (English, the default) here,
+//! multilingual-e5-small in [`E5Embedder`]; [`load_named`] loads either by its model-cache
+//! name, [`choose_embedder`] picks the one an index was built with.
 //!
-//! Text handling lives here (WordPiece tokenizer from `tokenizer.json`, truncation to the
-//! sentence-transformers `max_seq_length` of 256 tokens); the encoder itself runs in the
+//! Text handling lives here (MiniLM: WordPiece tokenizer from `tokenizer.json`, truncation to
+//! the sentence-transformers `max_seq_length` of 256 tokens); the encoder itself runs in the
 //! [`rag_embedder`] crate, which also mean-pools and L2-normalises.
 
 use crate::embed_api::{ChunkTokenizer, Embedder};
+pub use crate::embed_e5::{E5Embedder, E5_EMBEDDER};
 use crate::models::{cache_dir, DEFAULT_EMBEDDER};
 use anyhow::{anyhow, bail, Context, Result};
 /// The encoder's weight format, part of this module's API ([`MiniLmEmbedder::load_with`]).
 pub use rag_embedder::WeightFormat;
 use rag_embedder::{BertModel, BertWorkspace};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokenizers::{Tokenizer, TruncationParams};
 
 /// Tokens per text, special tokens included (`max_seq_length` of the model's
@@ -162,31 +165,90 @@ impl Embedder for MiniLmEmbedder {
             .iter()
             .map(|t| self.token_ids(t))
             .collect::<Result<Vec<_>>>()?;
-        // Longest first, so each encoder call pads to nearly its real lengths.
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
-        let dim = self.dim();
-        let mut out = vec![Vec::new(); texts.len()];
-        let mut ws = self
-            .workspace
-            .lock()
-            .map_err(|_| anyhow!("embedding workspace poisoned by an earlier panic"))?;
-        let mut flat = Vec::new();
-        let mut start = 0;
-        while start < order.len() {
-            let longest = ids[order[start]].len().max(1);
-            let n = (BATCH_TOKENS / longest).clamp(1, order.len() - start);
-            let group = &order[start..start + n];
-            let batch: Vec<&[u32]> = group.iter().map(|&i| ids[i].as_slice()).collect();
-            flat.resize(n * dim, 0.0);
-            self.model.sentence_embeddings(&mut ws, &batch, &mut flat)?;
-            for (&i, v) in group.iter().zip(flat.chunks_exact(dim)) {
-                out[i] = v.to_vec();
-            }
-            start += n;
-        }
-        Ok(out)
+        embed_token_ids(&self.model, &self.workspace, &ids)
     }
+
+    fn name(&self) -> Option<&str> {
+        Some(DEFAULT_EMBEDDER)
+    }
+}
+
+/// Sentence embeddings of token-id sequences (special tokens in place), in input order, in
+/// encoder calls of at most [`BATCH_TOKENS`] padded tokens.
+pub(crate) fn embed_token_ids(
+    model: &BertModel,
+    workspace: &Mutex<BertWorkspace>,
+    ids: &[Vec<u32>],
+) -> Result<Vec<Vec<f32>>> {
+    // Longest first, so each encoder call pads to nearly its real lengths.
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
+    let dim = model.config().hidden_size;
+    let mut out = vec![Vec::new(); ids.len()];
+    let mut ws = workspace
+        .lock()
+        .map_err(|_| anyhow!("embedding workspace poisoned by an earlier panic"))?;
+    let mut flat = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let longest = ids[order[start]].len().max(1);
+        let n = (BATCH_TOKENS / longest).clamp(1, order.len() - start);
+        let group = &order[start..start + n];
+        let batch: Vec<&[u32]> = group.iter().map(|&i| ids[i].as_slice()).collect();
+        flat.resize(n * dim, 0.0);
+        model.sentence_embeddings(&mut ws, &batch, &mut flat)?;
+        for (&i, v) in group.iter().zip(flat.chunks_exact(dim)) {
+            out[i] = v.to_vec();
+        }
+        start += n;
+    }
+    Ok(out)
+}
+
+/// The embedders an index can be built with, by model-cache name
+/// (`scripts/fetch-model.sh NAME`): all-MiniLM-L6-v2 (English, the default) and
+/// multilingual-e5-small.
+pub const EMBEDDERS: [&str; 2] = [DEFAULT_EMBEDDER, E5_EMBEDDER];
+
+/// Loads the embedder `name` (one of [`EMBEDDERS`]) from the model cache in the weight format
+/// `RAG_EMBED_FORMAT` asks for ([`configured_format`]). A model that is not cached is an
+/// error naming the command that fetches it.
+pub fn load_named(name: &str) -> Result<Arc<dyn Embedder>> {
+    load_named_with(name, configured_format()?)
+}
+
+/// [`load_named`] with the dense layers in `format`.
+pub fn load_named_with(name: &str, format: WeightFormat) -> Result<Arc<dyn Embedder>> {
+    match name {
+        DEFAULT_EMBEDDER => Ok(Arc::new(MiniLmEmbedder::load_with(
+            &MiniLmEmbedder::default_dir(),
+            format,
+        )?)),
+        E5_EMBEDDER => Ok(Arc::new(E5Embedder::load_with(
+            &E5Embedder::default_path(),
+            format,
+        )?)),
+        other => bail!(
+            "unknown embedder '{other}': expected one of {}",
+            EMBEDDERS.join(", ")
+        ),
+    }
+}
+
+/// The embedder for the index at `index_dir`: `requested` if named (`rag index --embedder`;
+/// a different one than the index's re-embeds it when indexing), else the one the index was
+/// embedded with ([`crate::Index::stored_embedder`]), else the default.
+pub fn choose_embedder(index_dir: &Path, requested: Option<&str>) -> Result<String> {
+    if let Some(name) = requested {
+        if !EMBEDDERS.contains(&name) {
+            bail!(
+                "unknown embedder '{name}': expected one of {}",
+                EMBEDDERS.join(", ")
+            );
+        }
+        return Ok(name.to_string());
+    }
+    Ok(crate::Index::stored_embedder(index_dir)?.unwrap_or_else(|| DEFAULT_EMBEDDER.to_string()))
 }
 
 #[cfg(test)]

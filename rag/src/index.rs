@@ -798,6 +798,13 @@ impl Index {
         if store::gc_vectors(&tx, Some(&model))? > 0 {
             bump_meta(&tx, "vectors_generation")?;
         }
+        // Which embedder to load for this index from now on (`Index::stored_embedder`).
+        match emb.name() {
+            Some(name) => store::meta_set(&tx, "embedder", name)?,
+            None => {
+                tx.execute("DELETE FROM meta WHERE key='embedder'", [])?;
+            }
+        }
         tx.commit()?;
         Ok(done)
     }
@@ -989,17 +996,55 @@ impl Index {
         let Some(emb) = &self.embedder else {
             return Ok(Vec::new());
         };
+        self.ensure_vectors_match(emb.as_ref())?;
         self.refresh_dense();
         let guard = self.dense.read().unwrap_or_else(|e| e.into_inner());
         let Some(d) = &*guard else {
             return Ok(Vec::new());
         };
-        let q = emb
-            .embed_batch(&[query])?
-            .into_iter()
-            .next()
-            .context("embedder returned nothing")?;
+        let q = emb.embed_query(query)?;
         Ok(d.index.search(&q, k))
+    }
+
+    /// Fails if the stored vectors were made by another model than `emb`: no query vector of
+    /// `emb` may be compared with them, and quietly returning no dense hits would hide that.
+    fn ensure_vectors_match(&self, emb: &dyn Embedder) -> Result<()> {
+        let conn = self.db();
+        let Some(stored) = store::meta_get(&conn, "model_id")? else {
+            return Ok(());
+        };
+        if stored == emb.model_id() {
+            return Ok(());
+        }
+        let vectors: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM vectors WHERE model_id=?1",
+            [&stored],
+            |r| r.get(0),
+        )?;
+        if vectors == 0 {
+            return Ok(());
+        }
+        let by = store::meta_get(&conn, "embedder")?
+            .map(|n| format!(" (embedder {n})"))
+            .unwrap_or_default();
+        bail!(
+            "the index at {} was embedded by {stored}{by}, not by {}: search it with the \
+             embedder and weight format (RAG_EMBED_FORMAT) it was built with (name no \
+             --embedder to use the stored one), or re-embed it with `rag index --embedder NAME`",
+            self.dir.display(),
+            emb.model_id()
+        )
+    }
+
+    /// The embedder (model-cache name, e.g. `multilingual-e5-small`) whose vectors the index
+    /// at `dir` holds, as recorded when they were stored; `None` for an index without one
+    /// (new, BM25-only, or embedded before the name was recorded: MiniLM).
+    pub fn stored_embedder(dir: &Path) -> Result<Option<String>> {
+        let path = dir.join("store.sqlite");
+        if !path.is_file() {
+            return Ok(None);
+        }
+        store::meta_get(&store::open(&path)?, "embedder")
     }
 
     pub fn chunk(&self, id: i64) -> Result<Option<Chunk>> {

@@ -16,6 +16,7 @@ pub mod bm25;
 mod bm25_guard;
 pub mod embed;
 pub mod embed_api;
+mod embed_e5;
 pub mod engine;
 pub mod hybrid;
 pub mod index;

@@ -147,7 +147,7 @@ pub fn router(assistant: Arc<Assistant>, opts: ServerOptions) -> Router {
     let embedder_id = assistant
         .index()
         .embedder()
-        .map(|_| rag::models::DEFAULT_EMBEDDER.to_owned());
+        .map(|e| e.name().unwrap_or(rag::models::DEFAULT_EMBEDDER).to_owned());
     let state = Arc::new(AppState {
         model_id: model_id(assistant.model_name()),
         embedder_id,

@@ -30,6 +30,11 @@ pub struct Args {
     /// BM25 only.
     #[arg(long)]
     pub no_dense: bool,
+    /// Embedding model: minilm-l6-v2 or multilingual-e5-small [default: the one a reused
+    /// `--index-dir` was built with, else minilm-l6-v2]. Another than the default writes its
+    /// own report section.
+    #[arg(long, value_name = "NAME")]
+    pub embedder: Option<String>,
     /// Synthetic corpus of about this many chunks: throughput and latency instead of quality.
     #[arg(long)]
     pub scale: Option<usize>,
@@ -198,9 +203,13 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
-    let embedder = rag_cli::embedder::load_embedder(a.no_dense)?;
-    let dense = embedder.is_some();
     let tmp = index_dir(a, "quality");
+    let embedder = rag_cli::embedder::load_embedder(a.no_dense, &tmp.dir, a.embedder.as_deref())?;
+    let dense = embedder.is_some();
+    let embedder_name = embedder
+        .as_ref()
+        .and_then(|e| e.name().map(str::to_owned))
+        .unwrap_or_default();
     let index = Index::open(&tmp.dir, embedder)?;
     let (summary, _, _) = timed_index(&index, &a.corpus, a.chunk_tokens)?;
     eprintln!(
@@ -313,7 +322,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
         if dense { "the embedder's WordPiece tokenizer" } else { "the word-piece estimate" },
         questions.len(),
         a.questions.display(),
-        if dense { embedder_label() } else { "none (--no-dense)".into() }
+        if dense { embedder_label(&embedder_name) } else { "none (--no-dense)".into() }
     )?;
     writeln!(
         body,
@@ -357,7 +366,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
             "documents": stats.documents,
             "chunks": stats.chunks,
             "candidates_per_list": CANDIDATES,
-            "embedder": if dense { embedder_label() } else { "none".into() },
+            "embedder": if dense { embedder_label(&embedder_name) } else { "none".into() },
             "methods": results,
             "latency": latency.iter().map(|(n, p50, p99)| serde_json::json!({"mode": n, "p50_ms": p50, "p99_ms": p99})).collect::<Vec<_>>(),
         });
@@ -378,6 +387,10 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
             )
         };
         let (mut key, mut title) = (key.to_string(), title.to_string());
+        if dense && embedder_name != rag::models::DEFAULT_EMBEDDER {
+            key = format!("{key}-{embedder_name}");
+            title = format!("{title}, {embedder_name}");
+        }
         if a.chunk_tokens != corpus_tools::chunk::DEFAULT_CHUNK_TOKENS {
             key = format!("{key}-c{}", a.chunk_tokens);
             title = format!("{title}, chunks of <= {} tokens", a.chunk_tokens);
@@ -393,11 +406,15 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
     Ok(())
 }
 
-/// How the reports name the embedder.
-fn embedder_label() -> String {
+/// How the reports name the embedder (`name` as [`rag::Embedder::name`] gives it).
+fn embedder_label(name: &str) -> String {
+    let model = match name {
+        rag::embed::E5_EMBEDDER => "multilingual-e5-small (Q4_0 file)",
+        _ => "all-MiniLM-L6-v2",
+    };
     match rag_cli::embedder::embed_format() {
-        Ok(WeightFormat::Q8_0) => "all-MiniLM-L6-v2 on our runtime (Q8_0 weights, CPU)".into(),
-        _ => "all-MiniLM-L6-v2 on our runtime (f32, CPU)".into(),
+        Ok(WeightFormat::Q8_0) => format!("{model} on our runtime (Q8_0 weights, CPU)"),
+        _ => format!("{model} on our runtime (f32, CPU)"),
     }
 }
 
@@ -487,9 +504,13 @@ pub(crate) fn load_average() -> Option<f64> {
 
 fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     let load_start = load_average();
-    let embedder = rag_cli::embedder::load_embedder(a.no_dense)?;
-    let dense = embedder.is_some();
     let tmp = index_dir(a, &format!("scale{n}"));
+    let embedder = rag_cli::embedder::load_embedder(a.no_dense, &tmp.dir, a.embedder.as_deref())?;
+    let dense = embedder.is_some();
+    let embedder_name = embedder
+        .as_ref()
+        .and_then(|e| e.name().map(str::to_owned))
+        .unwrap_or_default();
     let corpus = match &a.index_dir {
         Some(d) => TempIndex {
             dir: d.with_extension("corpus"),
@@ -533,7 +554,7 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
         a.corpus.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "),
         planned,
         summary.chunks_total,
-        if dense { embedder_label() } else { "none (--no-dense: BM25 only)".into() }
+        if dense { embedder_label(&embedder_name) } else { "none (--no-dense: BM25 only)".into() }
     )?;
     if summary.chunks_added == 0 {
         writeln!(
@@ -588,14 +609,20 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     }
     if let Some(path) = &a.report.file {
         let q8 = dense && rag_cli::embedder::embed_format()? == WeightFormat::Q8_0;
+        let other = dense && embedder_name != rag::models::DEFAULT_EMBEDDER;
         let key = format!(
-            "retrieval-scale-{n}{}",
+            "retrieval-scale-{n}{}{}",
             if !dense {
                 "-bm25"
             } else if q8 {
                 "-q8_0"
             } else {
                 ""
+            },
+            if other {
+                format!("-{embedder_name}")
+            } else {
+                String::new()
             }
         );
         let title = format!(
@@ -608,6 +635,11 @@ fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
                 ""
             }
         );
+        let title = if other {
+            format!("{title}, {embedder_name}")
+        } else {
+            title
+        };
         bench_report::write_section_in(path, &key, &title, &body)?;
     }
     let _ = Duration::ZERO;
