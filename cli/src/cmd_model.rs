@@ -95,6 +95,7 @@ pub fn run(cmd: ModelCmd) -> Result<()> {
                 let default = match m.name.as_str() {
                     models::DEFAULT_MODEL => " (default LLM)",
                     models::DEFAULT_EMBEDDER => " (default embedder)",
+                    rag::embed::E5_EMBEDDER => " (multilingual embedder: rag index --embedder)",
                     _ => "",
                 };
                 println!(
