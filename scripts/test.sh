@@ -2,8 +2,9 @@
 # The project's test command: fetch the models the tests use (idempotent), then run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# qwen2.5-coder-1.5b is the default model of `rag ask` (1.1 GB, cached after the first run).
-scripts/fetch-model.sh smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b minilm-l6-v2 qnn-htp
+# qwen2.5-coder-1.5b is the default model of `rag ask` (1.1 GB, cached after the first run);
+# multilingual-e5-small (72 MB) is the optional multilingual embedder's golden and index tests.
+scripts/fetch-model.sh smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b minilm-l6-v2 multilingual-e5-small qnn-htp
 # The C ABI's tests link its shared library, which `cargo test` does not build.
 cargo build --release -p rag-capi
 cargo test --release --workspace "$@"
