@@ -248,7 +248,12 @@ pub fn choose_embedder(index_dir: &Path, requested: Option<&str>) -> Result<Stri
         }
         return Ok(name.to_string());
     }
-    Ok(crate::Index::stored_embedder(index_dir)?.unwrap_or_else(|| DEFAULT_EMBEDDER.to_string()))
+    // An unreadable store (damaged: `rag index --rebuild` must still start) falls back to the
+    // default; opening the index reports the damage itself.
+    Ok(crate::Index::stored_embedder(index_dir)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| DEFAULT_EMBEDDER.to_string()))
 }
 
 #[cfg(test)]
