@@ -311,19 +311,20 @@ impl Bm25 {
         })
     }
 
+    /// The language a query is searched in: [`lang::detect_query`] over English and the
+    /// languages some chunk is indexed in, as [`Bm25::search`] picks its fields.
+    pub fn query_language(&self, query: &str) -> Result<Language> {
+        guarded("reading the text index's languages", || {
+            self.reader.reload()?;
+            let indexed = self.indexed_languages(&self.reader.searcher());
+            Ok(lang::detect_query(&bag_of_words(query), &indexed))
+        })
+    }
+
     fn search_unguarded(&self, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
         self.reader.reload()?;
         let searcher = self.reader.searcher();
-        let cleaned: String = query
-            .chars()
-            .map(|c| {
-                if c.is_alphanumeric() || c.is_whitespace() {
-                    c
-                } else {
-                    ' '
-                }
-            })
-            .collect();
+        let cleaned = bag_of_words(query);
         if cleaned.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -357,6 +358,21 @@ impl Bm25 {
         }
         Ok(out)
     }
+}
+
+/// The query with every character but letters, digits and whitespace turned into a space:
+/// user text is a bag of words, never query syntax.
+fn bag_of_words(query: &str) -> String {
+    query
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c.is_whitespace() {
+                c
+            } else {
+                ' '
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,6 +22,12 @@ pub trait Embedder: Send + Sync {
             .next()
             .ok_or_else(|| anyhow::anyhow!("embedder returned nothing"))
     }
+    /// Whether the model was trained on text in many languages. The vector an English-only
+    /// model makes of a question in another language says little, so hybrid search gives
+    /// the dense list of such a question no say (`Index::fuse`). Default: English only.
+    fn multilingual(&self) -> bool {
+        false
+    }
     /// The model-cache name that loads this embedder again (`rag::embed::load_named`),
     /// stored with the index so it is searched with the model that embedded it; `None` for
     /// embedders that cannot be loaded by name (tests).

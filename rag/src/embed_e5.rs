@@ -107,6 +107,10 @@ impl Embedder for E5Embedder {
         Some(E5_EMBEDDER)
     }
 
+    fn multilingual(&self) -> bool {
+        true
+    }
+
     fn chunk_tokenizer(&self) -> Option<ChunkTokenizer> {
         let tok = self.tokenizer.clone();
         // "passage:" takes its own pieces of the window (the space after it joins the

@@ -97,11 +97,16 @@ pub fn adaptive(bm25: &[(i64, f32)], dense: &[(i64, f32)], p: Adaptive) -> Vec<F
     if bm25.is_empty() || dense.is_empty() {
         return rrf(bm25, dense, p.k);
     }
-    let w = adaptive_bm25_weight(bm25, dense, p);
-    let mut out = rrf(bm25, dense, p.k);
+    weighted_rrf(bm25, dense, adaptive_bm25_weight(bm25, dense, p), p.k)
+}
+
+/// Reciprocal rank fusion with BM25 weight `w` and dense weight `1 - w`. With `w = 1`
+/// the order is BM25's, and chunks only dense search found follow it in dense order.
+pub fn weighted_rrf(bm25: &[(i64, f32)], dense: &[(i64, f32)], w: f32, k: f32) -> Vec<Fused> {
+    let mut out = rrf(bm25, dense, k);
     for f in &mut out {
-        let b = f.bm25_rank.map_or(0.0, |r| w / (p.k + r as f32));
-        let d = f.dense_rank.map_or(0.0, |r| (1.0 - w) / (p.k + r as f32));
+        let b = f.bm25_rank.map_or(0.0, |r| w / (k + r as f32));
+        let d = f.dense_rank.map_or(0.0, |r| (1.0 - w) / (k + r as f32));
         f.score = b + d;
     }
     sort_fused(&mut out);

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, UNIX_EPOCH};
+use tantivy::tokenizer::Language;
 
 pub type Chunk = ChunkRow;
 /// (chunk id, score), best first.
@@ -940,9 +941,33 @@ impl Index {
         let fused: Vec<Fused> = match mode {
             SearchMode::Bm25 => single(&bm25, true),
             SearchMode::Dense => single(&dense, false),
-            SearchMode::Hybrid => fuse(&bm25, &dense, fusion),
+            SearchMode::Hybrid => self.fuse(query, &bm25, &dense, fusion)?,
         };
         self.hits(&fused, k)
+    }
+
+    /// Hybrid ranking of the two candidate lists of `query`. With the adaptive fusion, a
+    /// question in another language than English gets BM25's order when the embedder reads
+    /// English only: that model's vector of such a question is noise, not a weaker signal
+    /// (`bench/retrieval/multilingual.jsonl`, docs/retrieval.md). Chunks only dense search
+    /// found then follow BM25's, in dense order.
+    pub fn fuse(
+        &self,
+        query: &str,
+        bm25: &[(i64, f32)],
+        dense: &[(i64, f32)],
+        fusion: Fusion,
+    ) -> Result<Vec<Fused>> {
+        if let Fusion::Adaptive(a) = fusion {
+            let english_only = self.embedder.as_ref().is_some_and(|e| !e.multilingual());
+            if english_only
+                && !bm25.is_empty()
+                && self.bm25.query_language(query)? != Language::English
+            {
+                return Ok(crate::hybrid::weighted_rrf(bm25, dense, 1.0, a.k));
+            }
+        }
+        Ok(fuse(bm25, dense, fusion))
     }
 
     /// The two candidate lists (chunk id, score), best first, before fusion.

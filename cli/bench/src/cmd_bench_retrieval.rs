@@ -259,7 +259,7 @@ fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
             let fused = match (name.as_str(), fusion) {
                 ("bm25", _) => fuse(&bm25, &[], DEFAULT_FUSION),
                 ("dense", _) => fuse(&[], &dn, DEFAULT_FUSION),
-                (_, Some(f)) => fuse(&bm25, &dn, *f),
+                (_, Some(f)) => index.fuse(&q.question, &bm25, &dn, *f)?,
                 _ => unreachable!(),
             };
             let hits = index.hits(&fused, 10)?;
