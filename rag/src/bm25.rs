@@ -42,6 +42,9 @@ pub struct Bm25 {
     f_path: Field,
     /// Every stemmer language but English, in [`lang::STEMMED`] order.
     langs: Vec<LangFields>,
+    /// [`Bm25::indexed_languages`] of the searcher generation it was read from: every
+    /// hybrid query asks for it, and it changes only when the index does.
+    indexed: Mutex<Option<(u64, Vec<Language>)>>,
 }
 
 /// What the text index stores per chunk.
@@ -188,6 +191,7 @@ impl Bm25 {
             index,
             reader,
             writer: Mutex::new(None),
+            indexed: Mutex::new(None),
         })
     }
 
@@ -281,6 +285,19 @@ impl Bm25 {
 
     /// The languages (other than English) some chunk is indexed in.
     fn indexed_languages(&self, searcher: &tantivy::Searcher) -> Vec<Language> {
+        let generation = searcher.generation().generation_id();
+        let mut cache = self.indexed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cache {
+            Some((g, langs)) if *g == generation => langs.clone(),
+            _ => {
+                let langs = self.scan_indexed_languages(searcher);
+                *cache = Some((generation, langs.clone()));
+                langs
+            }
+        }
+    }
+
+    fn scan_indexed_languages(&self, searcher: &tantivy::Searcher) -> Vec<Language> {
         self.langs
             .iter()
             .filter(|l| {
@@ -312,10 +329,11 @@ impl Bm25 {
     }
 
     /// The language a query is searched in: [`lang::detect_query`] over English and the
-    /// languages some chunk is indexed in, as [`Bm25::search`] picks its fields.
+    /// languages some chunk is indexed in, as [`Bm25::search`] picks its fields. It reads
+    /// the index as the last search saw it (no reload: that would cost ten times the rest),
+    /// so ask it right after searching for the same query.
     pub fn query_language(&self, query: &str) -> Result<Language> {
         guarded("reading the text index's languages", || {
-            self.reader.reload()?;
             let indexed = self.indexed_languages(&self.reader.searcher());
             Ok(lang::detect_query(&bag_of_words(query), &indexed))
         })
