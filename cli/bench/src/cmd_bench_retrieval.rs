@@ -7,10 +7,11 @@ use anyhow::{Context, Result};
 use rag::embed::WeightFormat;
 use rag::hybrid::{fuse, Fusion};
 use rag::index::{CANDIDATES, DEFAULT_FUSION};
-use rag::{Hit, Index, IndexOptions, IndexProgress, Phase, SearchMode};
+use rag::{Embedder, Hit, Index, IndexOptions, IndexProgress, Phase, SearchMode};
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -202,14 +203,20 @@ pub fn run(a: Args) -> Result<()> {
     }
 }
 
-fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
-    let tmp = index_dir(a, "quality");
-    let embedder = rag_cli::embedder::load_embedder(a.no_dense, &tmp.dir, a.embedder.as_deref())?;
-    let dense = embedder.is_some();
-    let embedder_name = embedder
+/// The embedder a run uses (none with `--no-dense`) and its model-cache name.
+fn bench_embedder(a: &Args, index_dir: &Path) -> Result<(Option<Arc<dyn Embedder>>, String)> {
+    let embedder = rag_cli::embedder::load_embedder(a.no_dense, index_dir, a.embedder.as_deref())?;
+    let name = embedder
         .as_ref()
         .and_then(|e| e.name().map(str::to_owned))
         .unwrap_or_default();
+    Ok((embedder, name))
+}
+
+fn run_quality(a: &Args, questions: &[Question]) -> Result<()> {
+    let tmp = index_dir(a, "quality");
+    let (embedder, embedder_name) = bench_embedder(a, &tmp.dir)?;
+    let dense = embedder.is_some();
     let index = Index::open(&tmp.dir, embedder)?;
     let (summary, _, _) = timed_index(&index, &a.corpus, a.chunk_tokens)?;
     eprintln!(
@@ -505,12 +512,8 @@ pub(crate) fn load_average() -> Option<f64> {
 fn run_scale(a: &Args, questions: &[Question], n: usize) -> Result<()> {
     let load_start = load_average();
     let tmp = index_dir(a, &format!("scale{n}"));
-    let embedder = rag_cli::embedder::load_embedder(a.no_dense, &tmp.dir, a.embedder.as_deref())?;
+    let (embedder, embedder_name) = bench_embedder(a, &tmp.dir)?;
     let dense = embedder.is_some();
-    let embedder_name = embedder
-        .as_ref()
-        .and_then(|e| e.name().map(str::to_owned))
-        .unwrap_or_default();
     let corpus = match &a.index_dir {
         Some(d) => TempIndex {
             dir: d.with_extension("corpus"),
