@@ -950,7 +950,8 @@ impl Index {
     /// question in another language than English gets BM25's order when the embedder reads
     /// English only: that model's vector of such a question is noise, not a weaker signal
     /// (`bench/retrieval/multilingual.jsonl`, docs/retrieval.md). Chunks only dense search
-    /// found then follow BM25's, in dense order.
+    /// found then follow BM25's, in dense order. Call it after [`Index::candidates`] for the
+    /// same query: the language is read from the text index as that search saw it.
     pub fn fuse(
         &self,
         query: &str,
