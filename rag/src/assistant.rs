@@ -337,6 +337,9 @@ struct GenState {
     curve_file: PathBuf,
     curve_key: Option<CurveKey>,
     curve_stored: bool,
+    /// Where the generator's learned drafting state is kept for the next process
+    /// (`curve_cache::learned_file`, under the curve's key).
+    learned_file: PathBuf,
     /// The prompt-head cache file and its key (model fingerprint + engine build; `None`:
     /// off), and the head tokens that file holds (not rewritten while they match).
     head_file: PathBuf,
@@ -772,7 +775,17 @@ impl Assistant {
             calib_window: self.opts.calib_window,
             ..GenConfig::default()
         };
-        let generator = Generator::new(self.opts.spec, Some(sam), cfg);
+        let mut generator = Generator::new(self.opts.spec, Some(sam), cfg);
+        // Start from what the last process learned about its drafts (a fresh one would
+        // verify single rows until its calibration had seen a few steps).
+        let learned_file = curve_cache::learned_file(&curve_file);
+        if let Some(key) = curve_key.as_ref().filter(|_| curve_stored) {
+            if let Err(e) = curve_cache::load_learned(&learned_file, key)
+                .and_then(|l| generator.restore_learned(&l))
+            {
+                tracing::debug!("drafting starts unlearned: {e}");
+            }
+        }
         Ok(Llm {
             model,
             state: Mutex::new(GenState {
@@ -785,6 +798,7 @@ impl Assistant {
                 curve_file,
                 curve_key,
                 curve_stored,
+                learned_file,
                 head_file,
                 head_key,
                 head_stored,
@@ -1043,6 +1057,12 @@ impl Assistant {
                 _ => false,
             };
             st.curve_stored = stored;
+        }
+        if let (Some(key), true) = (&st.curve_key, st.curve_stored) {
+            let learned = st.generator.learned();
+            if let Err(e) = curve_cache::store_learned(&st.learned_file, key, &learned) {
+                tracing::warn!("could not keep what drafting learned: {e}");
+            }
         }
 
         // Grow the drafting database with the finished interaction: the answer only (the

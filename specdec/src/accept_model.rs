@@ -120,6 +120,37 @@ impl AcceptModel {
     pub fn trials(&self, feat: u16) -> f32 {
         self.trials[feat as usize]
     }
+
+    /// The learned counts, for a later process to start from.
+    pub fn counts(&self) -> AcceptCounts {
+        AcceptCounts {
+            hits: self.hits.clone(),
+            trials: self.trials.clone(),
+        }
+    }
+
+    /// Starts from `c` (an earlier [`Self::counts`]); refused, and nothing changed,
+    /// unless it has one count per key, finite, with `0 <= hits <= trials`.
+    pub fn restore(&mut self, c: &AcceptCounts) -> Result<(), String> {
+        let valid = c.hits.len() == N_KEYS
+            && c.trials.len() == N_KEYS
+            && c.hits.iter().zip(&c.trials).all(|(&h, &n)| {
+                h.is_finite() && n.is_finite() && h >= 0.0 && h <= n * (1.0 + 1e-5) + 1e-5
+            });
+        if !valid {
+            return Err("malformed acceptance counts".into());
+        }
+        self.hits.clone_from(&c.hits);
+        self.trials.clone_from(&c.trials);
+        Ok(())
+    }
+}
+
+/// [`AcceptModel`]'s decayed hits and trials per key.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AcceptCounts {
+    pub hits: Vec<f32>,
+    pub trials: Vec<f32>,
 }
 
 #[cfg(test)]
@@ -146,6 +177,30 @@ mod tests {
         assert_eq!(prob_strength(0.0), 0);
         assert_eq!(prob_strength(0.96), 6);
         assert_eq!(prob_strength(1.0), 7);
+    }
+
+    #[test]
+    fn counts_restore_the_same_estimates_and_refuse_nonsense() {
+        let mut m = AcceptModel::default();
+        let f = feature(KIND_DB, 2, 1);
+        for i in 0..50 {
+            m.observe(f, i % 3 == 0);
+        }
+        let mut fresh = AcceptModel::default();
+        fresh.restore(&m.counts()).unwrap();
+        assert_eq!(fresh.p(f, 0.5), m.p(f, 0.5));
+        assert_ne!(AcceptModel::default().p(f, 0.5), m.p(f, 0.5));
+        let mut bad = m.counts();
+        bad.hits[7] = bad.trials[7] + 1.0;
+        assert!(fresh.restore(&bad).is_err());
+        bad = m.counts();
+        bad.trials.pop();
+        assert!(fresh.restore(&bad).is_err());
+        bad = m.counts();
+        bad.trials[3] = f32::NAN;
+        assert!(fresh.restore(&bad).is_err());
+        // A refused restore leaves the model as it was.
+        assert_eq!(fresh.p(f, 0.5), m.p(f, 0.5));
     }
 
     #[test]

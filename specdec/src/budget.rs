@@ -161,6 +161,14 @@ pub const MAX_SIZES: usize = 8;
 /// A trie's own estimate of its accepted drafts at each candidate budget, per arm.
 pub type Predictions = [[f64; MAX_SIZES]; ARMS];
 
+/// [`BudgetController`]'s learned sums per arm and candidate budget.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BudgetCalibration {
+    pub sizes: Vec<usize>,
+    pub est_sum: Vec<Vec<f64>>,
+    pub acc_sum: Vec<Vec<f64>>,
+}
+
 /// Picks the arm and budget of each step from the trie's own estimate of what every
 /// budget accepts, calibrated per arm and budget against what such cuts really
 /// accepted (counterfactually, every step).
@@ -252,6 +260,45 @@ impl BudgetController {
     /// whose own estimate there is `est`.
     pub fn expected_accepted(&self, arm: usize, j: usize, est: f64) -> f64 {
         est * self.ratio(arm, j)
+    }
+
+    /// What the controller has learned, so that a later process (every `rag ask` is one)
+    /// starts where this one stopped instead of verifying single rows until evidence
+    /// arrives.
+    pub fn calibration(&self) -> BudgetCalibration {
+        let n = self.sizes.len();
+        BudgetCalibration {
+            sizes: self.sizes.clone(),
+            est_sum: self.est_sum.iter().map(|r| r[..n].to_vec()).collect(),
+            acc_sum: self.acc_sum.iter().map(|r| r[..n].to_vec()).collect(),
+        }
+    }
+
+    /// Starts from `c` (an earlier [`Self::calibration`]); refused, and nothing changed,
+    /// unless it was learned for the same candidate budgets and holds only finite,
+    /// non-negative sums.
+    pub fn restore(&mut self, c: &BudgetCalibration) -> Result<(), String> {
+        let n = self.sizes.len();
+        if c.sizes != self.sizes {
+            return Err(format!(
+                "learned for budgets {:?}, not {:?}",
+                c.sizes, self.sizes
+            ));
+        }
+        let ok = |rows: &[Vec<f64>]| {
+            rows.len() == ARMS
+                && rows
+                    .iter()
+                    .all(|r| r.len() == n && r.iter().all(|v| v.is_finite() && *v >= 0.0))
+        };
+        if !ok(&c.est_sum) || !ok(&c.acc_sum) {
+            return Err("malformed budget calibration".into());
+        }
+        for arm in 0..ARMS {
+            self.est_sum[arm][..n].copy_from_slice(&c.est_sum[arm]);
+            self.acc_sum[arm][..n].copy_from_slice(&c.acc_sum[arm]);
+        }
+        Ok(())
     }
 
     /// Budget for a step cut by `arm` with `tree_len` nodes and estimates `est`:

@@ -16,6 +16,7 @@
 //! thread count: `<dir>/verify-<stem>-t<threads>.json`, holding `{key, curve}`.
 
 use crate::budget::CostCurve;
+use crate::generate::Learned;
 use crate::SpecError;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -184,18 +185,69 @@ pub fn load(file: &Path, key: &CurveKey) -> Result<CostCurve, String> {
 
 /// Write the curve with its key (temp file + rename; creates the directory).
 pub fn store(file: &Path, key: &CurveKey, curve: &CostCurve) -> Result<(), SpecError> {
-    let io = |e: std::io::Error| SpecError::Config(format!("writing {}: {e}", file.display()));
-    if let Some(d) = file.parent() {
-        std::fs::create_dir_all(d).map_err(io)?;
-    }
     let text = serde_json::to_string(&CachedCurve {
         key: key.clone(),
         curve: curve.clone(),
     })
     .map_err(|e| SpecError::Config(e.to_string()))?;
-    let tmp = file.with_extension("tmp");
+    write_replacing(file, &text)
+}
+
+/// `text` into `file` through a temp file of this process and a rename, so that a
+/// reader, or another process writing the same file, never sees a partial one.
+fn write_replacing(file: &Path, text: &str) -> Result<(), SpecError> {
+    let io = |e: std::io::Error| SpecError::Config(format!("writing {}: {e}", file.display()));
+    if let Some(d) = file.parent() {
+        std::fs::create_dir_all(d).map_err(io)?;
+    }
+    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, file).map_err(io)
+    std::fs::rename(&tmp, file).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CachedLearned {
+    key: CurveKey,
+    learned: Learned,
+}
+
+/// Where what a generator learned is kept beside its curve's cache `curve_file`
+/// (`verify-<stem>-t<threads>.json` -> `verify-<stem>-t<threads>.learned.json`).
+/// It is rewritten after every answer, so it lives apart from the curve, which is
+/// written once.
+pub fn learned_file(curve_file: &Path) -> PathBuf {
+    curve_file.with_extension("learned.json")
+}
+
+/// The learned state at `file` if it was saved under `key` (the same model, threads,
+/// machine and engine build as the curve); else why not.
+pub fn load_learned(file: &Path, key: &CurveKey) -> Result<Learned, String> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err("nothing learned yet".into())
+        }
+        Err(e) => return Err(format!("unreadable: {e}")),
+    };
+    let c: CachedLearned = serde_json::from_str(&text).map_err(|e| format!("invalid: {e}"))?;
+    let diff = key.difference(&c.key);
+    if !diff.is_empty() {
+        return Err(format!("stale: {diff} changed"));
+    }
+    Ok(c.learned)
+}
+
+/// Save `learned` under `key` (replacing the file whole).
+pub fn store_learned(file: &Path, key: &CurveKey, learned: &Learned) -> Result<(), SpecError> {
+    let text = serde_json::to_string(&CachedLearned {
+        key: key.clone(),
+        learned: learned.clone(),
+    })
+    .map_err(|e| SpecError::Config(e.to_string()))?;
+    write_replacing(file, &text)
 }
 
 /// The cached curve when valid and `reprofile` is false; else `profile()` it and
@@ -272,6 +324,49 @@ mod tests {
             }
         );
         assert_eq!(load(&file, &key()), Ok(c2));
+    }
+
+    #[test]
+    fn learned_state_is_kept_beside_the_curve_under_the_same_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let curve_file = cache_file(dir.path(), Path::new("/m/q.gguf"), 2);
+        let file = learned_file(&curve_file);
+        assert!(file.ends_with("verify-q-t2.learned.json"));
+        assert_eq!(
+            load_learned(&file, &key()).unwrap_err(),
+            "nothing learned yet"
+        );
+        let curve = CostCurve::affine(5.0, 1.0, &DEFAULT_SIZES);
+        let learned = crate::Generator::new(
+            crate::Mode::Sdnpu,
+            None,
+            crate::GenConfig {
+                cost_curve: Some(curve),
+                ..Default::default()
+            },
+        )
+        .learned();
+        store_learned(&file, &key(), &learned).unwrap();
+        assert!(load_learned(&file, &key()).unwrap() == learned);
+        // No temp file is left behind, and the curve's own file is untouched.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("verify-q-t2.learned.json")]
+        );
+        let mut other = key();
+        other.engine = "e2".into();
+        assert_eq!(
+            load_learned(&file, &other).unwrap_err(),
+            "stale: engine build changed"
+        );
+        std::fs::write(&file, "{").unwrap();
+        assert!(load_learned(&file, &key())
+            .unwrap_err()
+            .starts_with("invalid"));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The decode loop: draft, cut the tree at the budget, verify in one forward,
 //! accept the greedy path, commit its KV, stop at the first end-of-generation.
 
-use crate::accept_model::AcceptModel;
-use crate::budget::{BudgetController, CostCurve, Predictions, DEFAULT_SIZES, MAX_SIZES};
+use crate::accept_model::{AcceptCounts, AcceptModel};
+use crate::budget::{
+    BudgetCalibration, BudgetController, CostCurve, Predictions, DEFAULT_SIZES, MAX_SIZES,
+};
 use crate::drafter::{make_drafter_windowed, Drafter, Feedback, Mode};
 use crate::metrics::{Metrics, StopReason};
 use crate::sam::SuffixAutomaton;
@@ -100,6 +102,14 @@ pub struct Generator {
 
 const MAX_PENDING_EVALS: usize = 8;
 
+/// [`Generator::learned`]: the state a new process would otherwise rebuild from
+/// scratch over its first steps (the output never depends on it, only the speed).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Learned {
+    pub budget: Option<BudgetCalibration>,
+    pub accept: AcceptCounts,
+}
+
 impl Generator {
     pub fn new(mode: Mode, db: Option<Arc<SuffixAutomaton>>, cfg: GenConfig) -> Self {
         let drafter = make_drafter_windowed(mode, db, cfg.calib_window);
@@ -147,6 +157,30 @@ impl Generator {
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// What this generator has learned about its drafts (budget calibration, node
+    /// acceptance), for a later process to start from ([`Self::restore_learned`]).
+    pub fn learned(&self) -> Learned {
+        Learned {
+            budget: self.controller.as_ref().map(BudgetController::calibration),
+            accept: self.accept_model.counts(),
+        }
+    }
+
+    /// Starts from what an earlier generator learned. Checked whole before anything
+    /// changes: an error leaves this generator as it was. The budget part applies only
+    /// when both have a controller (a cost curve).
+    pub fn restore_learned(&mut self, l: &Learned) -> Result<(), String> {
+        let mut accept = self.accept_model.clone();
+        accept.restore(&l.accept)?;
+        let mut controller = self.controller.clone();
+        if let (Some(c), Some(b)) = (controller.as_mut(), l.budget.as_ref()) {
+            c.restore(b)?;
+        }
+        self.accept_model = accept;
+        self.controller = controller;
+        Ok(())
     }
 
     pub fn cost_curve(&self) -> Option<&CostCurve> {

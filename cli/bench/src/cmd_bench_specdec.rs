@@ -102,6 +102,11 @@ pub struct Args {
     /// acceptance learned on earlier prompts (the token database still grows).
     #[arg(long)]
     fresh_generator: bool,
+    /// With `--fresh-generator`: each new generator starts from what the previous one
+    /// learned (budget calibration, node acceptance), as `rag ask` processes do through
+    /// the file they keep beside the cost curve.
+    #[arg(long, requires = "fresh_generator")]
+    carry_learned: bool,
     /// Skip the plain greedy reference run (one decode step per token, no tree
     /// verification) that every mode's output is compared with, token for token.
     #[arg(long)]
@@ -457,7 +462,12 @@ pub fn run(args: Args) -> Result<()> {
         for (k, gen) in gens.iter_mut().enumerate() {
             let mode = modes[k];
             if args.fresh_generator {
+                let learned = gen.learned();
                 *gen = make_gen(mode, &dbs[k]);
+                if args.carry_learned {
+                    gen.restore_learned(&learned)
+                        .map_err(|e| anyhow::anyhow!("restoring the learned state: {e}"))?;
+                }
             }
             session.truncate(0)?;
             let (out, m) = gen
