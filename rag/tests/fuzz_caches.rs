@@ -1,6 +1,6 @@
 //! Property-based fuzzing of the on-disk caches the assistant reads at start-up: the
-//! speculative decoding token database, the verify-cost curve cache, the prompt-head KV
-//! cache and the warm-up profile. Truncated, bit-flipped, wrong-magic or wrong-version
+//! speculative decoding token database, the verify-cost curve cache and the drafting state
+//! learned beside it, the prompt-head KV cache and the warm-up profile. Truncated, bit-flipped, wrong-magic or wrong-version
 //! files (and, for the checksummed formats, mutated bodies with a recomputed checksum, which
 //! reach the parsing behind the checksum) must give a clean "no cache"/error, never a
 //! panic or a huge allocation; a file that still loads holds what its format allows.
@@ -119,6 +119,45 @@ fn curve_image() -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
 
+fn fresh_generator() -> specdec::Generator {
+    let curve = CostCurve::new(vec![1, 2, 4, 8], vec![10.0, 10.5, 11.0, 14.0]).unwrap();
+    specdec::Generator::new(
+        specdec::Mode::Sdnpu,
+        None,
+        specdec::GenConfig {
+            cost_curve: Some(curve),
+            ..Default::default()
+        },
+    )
+}
+
+fn learned_image() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("verify-m-t2.learned.json");
+    curve_cache::store_learned(&p, &curve_key(), &fresh_generator().learned()).unwrap();
+    std::fs::read(p).unwrap()
+}
+
+/// A learned state that loads is restored whole or refused whole, and what a generator
+/// holds after it is a valid state.
+fn check_learned(bytes: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "verify-m-t2.learned.json", bytes);
+    if let Ok(l) = curve_cache::load_learned(&p, &curve_key()) {
+        let mut g = fresh_generator();
+        let before = g.learned();
+        if g.restore_learned(&l).is_err() {
+            assert!(g.learned() == before);
+        }
+        let a = g.learned().accept;
+        assert!(a
+            .hits
+            .iter()
+            .zip(&a.trials)
+            .all(|(h, n)| h.is_finite() && n.is_finite()));
+    }
+}
+
 /// A loaded token database is what the file says, bounded by what the file holds.
 fn check_token_db(bytes: &[u8]) {
     let dir = tempfile::tempdir().unwrap();
@@ -185,6 +224,11 @@ proptest! {
     }
 
     #[test]
+    fn learned_state_damaged(ds in prop::collection::vec(damage(), 1..5)) {
+        check_learned(&apply(learned_image(), &ds));
+    }
+
+    #[test]
     fn profile_damaged(ds in prop::collection::vec(damage(), 1..5)) {
         let text = Profile::paper_phone().to_json().into_bytes();
         check_profile(&apply(text, &ds));
@@ -197,6 +241,7 @@ proptest! {
         check_head(&bytes);
         check_head(&reseal(bytes.clone()));
         check_curve(&bytes);
+        check_learned(&bytes);
         check_profile(&bytes);
     }
 }
