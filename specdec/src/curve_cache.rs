@@ -13,7 +13,9 @@
 //!   changes alter the curve) profiles again.
 //!
 //! Otherwise the curve is profiled and the file replaced. One file per model stem and
-//! thread count: `<dir>/verify-<stem>-t<threads>.json`, holding `{key, curve}`.
+//! thread count: `<dir>/verify-<stem>-t<threads>.json`, holding `{key, curve}`. Beside it,
+//! under the same key, `verify-<stem>-t<threads>.learned.json` holds what a generator
+//! learned on that curve ([`learned_file`]), so the next process starts from it.
 
 use crate::budget::CostCurve;
 use crate::generate::Learned;
