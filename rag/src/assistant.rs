@@ -333,13 +333,11 @@ struct GenState {
     conversations_path: PathBuf,
     /// Where the measured verify-cost curve is cached, and its key (model fingerprint,
     /// threads, machine, engine build: `specdec::curve_cache`, shared with the specdec
-    /// bench); `curve_stored` once the cache holds this run's or a valid older curve.
+    /// bench); `curve_stored` once the cache holds this run's or a valid older curve. What
+    /// drafting learned is kept beside it (`curve_cache::learned_file`).
     curve_file: PathBuf,
     curve_key: Option<CurveKey>,
     curve_stored: bool,
-    /// Where the generator's learned drafting state is kept for the next process
-    /// (`curve_cache::learned_file`, under the curve's key).
-    learned_file: PathBuf,
     /// The prompt-head cache file and its key (model fingerprint + engine build; `None`:
     /// off), and the head tokens that file holds (not rewritten while they match).
     head_file: PathBuf,
@@ -778,9 +776,8 @@ impl Assistant {
         let mut generator = Generator::new(self.opts.spec, Some(sam), cfg);
         // Start from what the last process learned about its drafts (a fresh one would
         // verify single rows until its calibration had seen a few steps).
-        let learned_file = curve_cache::learned_file(&curve_file);
         if let Some(key) = curve_key.as_ref().filter(|_| curve_stored) {
-            if let Err(e) = curve_cache::load_learned(&learned_file, key)
+            if let Err(e) = curve_cache::load_learned(&curve_cache::learned_file(&curve_file), key)
                 .and_then(|l| generator.restore_learned(&l))
             {
                 tracing::debug!("drafting starts unlearned: {e}");
@@ -798,7 +795,6 @@ impl Assistant {
                 curve_file,
                 curve_key,
                 curve_stored,
-                learned_file,
                 head_file,
                 head_key,
                 head_stored,
@@ -1059,8 +1055,8 @@ impl Assistant {
             st.curve_stored = stored;
         }
         if let (Some(key), true) = (&st.curve_key, st.curve_stored) {
-            let learned = st.generator.learned();
-            if let Err(e) = curve_cache::store_learned(&st.learned_file, key, &learned) {
+            let file = curve_cache::learned_file(&st.curve_file);
+            if let Err(e) = curve_cache::store_learned(&file, key, &st.generator.learned()) {
                 tracing::warn!("could not keep what drafting learned: {e}");
             }
         }
