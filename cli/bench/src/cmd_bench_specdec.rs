@@ -462,10 +462,10 @@ pub fn run(args: Args) -> Result<()> {
         for (k, gen) in gens.iter_mut().enumerate() {
             let mode = modes[k];
             if args.fresh_generator {
-                let learned = gen.learned();
+                let learned = args.carry_learned.then(|| gen.learned());
                 *gen = make_gen(mode, &dbs[k]);
-                if args.carry_learned {
-                    gen.restore_learned(&learned)
+                if let Some(l) = learned {
+                    gen.restore_learned(&l)
                         .map_err(|e| anyhow::anyhow!("restoring the learned state: {e}"))?;
                 }
             }
