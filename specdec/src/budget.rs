@@ -167,6 +167,29 @@ pub struct BudgetCalibration {
     pub sizes: Vec<usize>,
     pub est_sum: Vec<Vec<f64>>,
     pub acc_sum: Vec<Vec<f64>>,
+    /// The latest verify times (ms) seen per candidate budget, oldest first (absent in
+    /// files written before costs were tracked).
+    #[serde(default)]
+    pub costs: Vec<Vec<f64>>,
+}
+
+/// Verify times kept per candidate budget: the live cost is their median.
+pub const COST_WINDOW: usize = 8;
+/// Below this many times the profiled cost counts as one more of them.
+const COST_TRUSTED: usize = 3;
+/// A budget not verified for this many steps is stale ...
+const COST_STALE_STEPS: u64 = 64;
+/// ... and may be verified once (when it promises at least `PROBE_MIN_RATE` of the
+/// best rate) on every this-many-th step, so that its cost is measured again.
+const PROBE_EVERY: u64 = 16;
+const PROBE_MIN_RATE: f64 = 0.75;
+
+/// The verify times of one candidate budget.
+#[derive(Clone, Debug, Default)]
+struct LiveCost {
+    recent: std::collections::VecDeque<f64>,
+    /// The controller's step count at the latest time (0: never, or restored).
+    last_step: u64,
 }
 
 /// Picks the arm and budget of each step from the trie's own estimate of what every
@@ -193,6 +216,15 @@ pub struct BudgetController {
     prior_weight: f64,
     /// Exponential forgetting so the calibration follows the current text.
     decay: f64,
+    /// `[budget]`: verify times measured while generating. The profiled curve goes
+    /// stale on a shared machine: one host measured 20.5 ms for one row and 27.9 ms
+    /// for eight, and minutes later 27.9 ms for both (memory bandwidth taken by a
+    /// neighbour); and deeper contexts cost more. Budgets are chosen on these.
+    live: Vec<LiveCost>,
+    /// Verify steps observed (`observe_cost`), for staleness and probing.
+    steps: u64,
+    /// Choose on the profiled curve only (ablations, or a curve known to be exact).
+    fixed_costs: bool,
 }
 
 impl BudgetController {
@@ -207,6 +239,7 @@ impl BudgetController {
         if sizes.is_empty() {
             sizes.push(1);
         }
+        let n = sizes.len();
         BudgetController {
             curve,
             sizes,
@@ -214,7 +247,68 @@ impl BudgetController {
             acc_sum: vec![[0.0; MAX_SIZES]; ARMS],
             prior_weight: 1.0,
             decay: 0.98,
+            live: vec![LiveCost::default(); n],
+            steps: 0,
+            fixed_costs: false,
         }
+    }
+
+    /// Choose budgets on the profiled curve only, ignoring measured verify times.
+    pub fn with_fixed_costs(mut self, fixed: bool) -> Self {
+        self.fixed_costs = fixed;
+        self
+    }
+
+    /// Index of the candidate budget whose graph runs a verify of `rows` rows.
+    fn size_index(&self, rows: usize) -> Option<usize> {
+        self.sizes.iter().position(|&s| s >= rows.max(1))
+    }
+
+    /// Record the measured time of one verify of `rows` rows.
+    pub fn observe_cost(&mut self, rows: usize, ms: f64) {
+        self.steps += 1;
+        if !(ms.is_finite() && ms > 0.0) {
+            return;
+        }
+        let Some(j) = self.size_index(rows) else {
+            return;
+        };
+        let steps = self.steps;
+        let l = &mut self.live[j];
+        if l.recent.len() == COST_WINDOW {
+            l.recent.pop_front();
+        }
+        l.recent.push_back(ms);
+        l.last_step = steps;
+    }
+
+    /// What a verify of `rows` rows costs now: the median of its latest measured times
+    /// (with the profiled cost as one more while there are few), else the profile.
+    pub fn cost(&self, rows: usize) -> f64 {
+        let prior = self.curve.cost(rows);
+        let Some(j) = self.size_index(rows).filter(|_| !self.fixed_costs) else {
+            return prior;
+        };
+        let recent = &self.live[j].recent;
+        if recent.is_empty() {
+            return prior;
+        }
+        let mut v: Vec<f64> = recent.iter().copied().collect();
+        if v.len() < COST_TRUSTED {
+            v.push(prior);
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    }
+
+    /// The live cost of every candidate budget (for reports).
+    pub fn live_costs(&self) -> Vec<(usize, f64)> {
+        self.sizes.iter().map(|&s| (s, self.cost(s))).collect()
     }
 
     pub fn curve(&self) -> &CostCurve {
@@ -271,6 +365,11 @@ impl BudgetController {
             sizes: self.sizes.clone(),
             est_sum: self.est_sum.iter().map(|r| r[..n].to_vec()).collect(),
             acc_sum: self.acc_sum.iter().map(|r| r[..n].to_vec()).collect(),
+            costs: self
+                .live
+                .iter()
+                .map(|l| l.recent.iter().copied().collect())
+                .collect(),
         }
     }
 
@@ -294,9 +393,22 @@ impl BudgetController {
         if !ok(&c.est_sum) || !ok(&c.acc_sum) {
             return Err("malformed budget calibration".into());
         }
+        let costs_ok = c.costs.is_empty()
+            || (c.costs.len() == n
+                && c.costs.iter().all(|w| {
+                    w.len() <= COST_WINDOW && w.iter().all(|v| v.is_finite() && *v > 0.0)
+                }));
+        if !costs_ok {
+            return Err("malformed verify times in the budget calibration".into());
+        }
         for arm in 0..ARMS {
             self.est_sum[arm][..n].copy_from_slice(&c.est_sum[arm]);
             self.acc_sum[arm][..n].copy_from_slice(&c.acc_sum[arm]);
+        }
+        // Restored times are the latest evidence but of unknown age: stale at once.
+        for (l, w) in self.live.iter_mut().zip(&c.costs) {
+            l.recent = w.iter().copied().collect();
+            l.last_step = 0;
         }
         Ok(())
     }
@@ -304,19 +416,31 @@ impl BudgetController {
     /// Budget for a step cut by `arm` with `tree_len` nodes and estimates `est`:
     /// maximise expected emitted tokens per verify millisecond. Returns (budget,
     /// tokens per ms).
+    ///
+    /// Costs are the live ones ([`Self::cost`]). A budget whose cost was not measured
+    /// for a while is chosen instead of the best on every `PROBE_EVERY`-th step when it
+    /// promises at least `PROBE_MIN_RATE` of the best rate: without it a budget never
+    /// chosen keeps its profiled cost however wrong that has become.
     pub fn choose(&self, arm: usize, est: &[f64; MAX_SIZES], tree_len: usize) -> (usize, f64) {
-        let mut best = (1.0 / self.curve.cost(1), 1usize);
+        let cost1 = self.cost(1);
+        let mut best = (1.0 / cost1, 1usize);
         if tree_len <= 1 {
             return (best.1, best.0);
         }
+        let mut rates = [(0.0, 0usize); MAX_SIZES];
+        rates[0] = best;
+        let mut last = 0;
         for (j, &s) in self.sizes.iter().enumerate().skip(1) {
             let rows = s.min(tree_len);
-            let rate = (1.0 + self.expected_accepted(arm, j, est[j])) / self.curve.cost(rows);
+            let cost = self.cost(rows);
+            let rate = (1.0 + self.expected_accepted(arm, j, est[j])) / cost;
+            rates[j] = (rate, rows);
+            last = j;
             // Rows that cost nothing more (a flat curve's start, e.g. 1, 2, 4 rows of a
             // bandwidth-bound model) are verified even before any evidence: they can only
             // add tokens. A fresh process (every `rag ask`) would otherwise start with no
             // speculation until the calibration had seen a few steps.
-            let free = self.curve.cost(rows) <= self.curve.cost(1);
+            let free = cost <= cost1;
             if rate > best.0 * 1.0001 || (free && rate >= best.0) {
                 best = (rate, rows);
             }
@@ -324,7 +448,26 @@ impl BudgetController {
                 break;
             }
         }
+        if let Some(probe) = self.probe(&rates[..=last], best) {
+            return (probe.1, probe.0);
+        }
         (best.1, best.0)
+    }
+
+    /// The stale candidate to measure again this step, if it is a probing step.
+    fn probe(&self, rates: &[(f64, usize)], best: (f64, usize)) -> Option<(f64, usize)> {
+        if self.fixed_costs || self.steps == 0 || !self.steps.is_multiple_of(PROBE_EVERY) {
+            return None;
+        }
+        let stale = |j: usize| self.live[j].last_step + COST_STALE_STEPS <= self.steps;
+        rates
+            .iter()
+            .enumerate()
+            .filter(|&(j, &(rate, rows))| {
+                rows != best.1 && stale(j) && rate >= best.0 * PROBE_MIN_RATE
+            })
+            .map(|(_, &r)| r)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
     }
 }
 
@@ -515,6 +658,132 @@ mod tests {
         let (b_strong, _) = ctl.choose(0, &est, 64);
         let (b_weak, _) = ctl.choose(0, &weak, 64);
         assert!(b_weak < b_strong, "{b_weak} {b_strong}");
+    }
+
+    /// A controller that has learned its trees deliver about one draft in four rows.
+    fn calibrated_on_flat_profile() -> BudgetController {
+        // Profiled while a neighbour took the memory bandwidth: 1 to 8 rows cost the same.
+        let curve = CostCurve::new(vec![1, 2, 4, 8, 16], vec![10.0, 10.0, 10.0, 10.0, 18.0]);
+        let mut ctl = BudgetController::new(curve.unwrap(), 16);
+        let est = chain_est(&ctl, 0.9);
+        for _ in 0..100 {
+            ctl.observe(0, &est, &[1]);
+        }
+        ctl
+    }
+
+    #[test]
+    fn measured_verify_times_replace_a_stale_profile() {
+        let mut ctl = calibrated_on_flat_profile();
+        let est = chain_est(&ctl, 0.9);
+        assert_eq!(ctl.choose(0, &est, 64).0, 8, "eight rows cost nothing more");
+        // The neighbour left: up to four rows cost 5 ms, eight 12 ms. The one draft a
+        // step accepts comes as well from two or four rows.
+        let measure = |ctl: &mut BudgetController| {
+            for _ in 0..COST_WINDOW {
+                for (rows, ms) in [(1, 5.0), (2, 5.0), (3, 5.0), (8, 12.0)] {
+                    ctl.observe_cost(rows, ms);
+                }
+            }
+        };
+        measure(&mut ctl);
+        assert_eq!(ctl.cost(1), 5.0);
+        assert_eq!(ctl.cost(4), 5.0, "three rows run on the four-row graph");
+        assert_eq!(ctl.cost(5), 12.0, "five rows run on the eight-row graph");
+        assert_eq!(ctl.cost(16), 18.0, "never measured: the profile");
+        let (b, _) = ctl.choose(0, &est, 64);
+        assert!(b == 2 || b == 4, "{b}");
+        // The same evidence on a controller told to keep the profile changes nothing.
+        let mut fixed = calibrated_on_flat_profile().with_fixed_costs(true);
+        measure(&mut fixed);
+        assert_eq!(fixed.cost(1), 10.0);
+        assert_eq!(fixed.choose(0, &est, 64).0, 8);
+    }
+
+    #[test]
+    fn live_cost_is_a_median_that_trusts_few_times_less() {
+        let mut ctl = calibrated_on_flat_profile();
+        ctl.observe_cost(1, 30.0);
+        // One time and the profile: their mean.
+        assert_eq!(ctl.cost(1), 20.0);
+        ctl.observe_cost(1, 6.0);
+        assert_eq!(ctl.cost(1), 10.0, "median of 30, 6 and the profile's 10");
+        ctl.observe_cost(1, 8.0);
+        assert_eq!(
+            ctl.cost(1),
+            8.0,
+            "three times: the profile no longer counts"
+        );
+        // A spike does not move a median; the window forgets the oldest.
+        for _ in 0..COST_WINDOW {
+            ctl.observe_cost(1, 5.0);
+        }
+        ctl.observe_cost(1, 500.0);
+        assert_eq!(ctl.cost(1), 5.0);
+        // Nonsense times are ignored.
+        ctl.observe_cost(1, f64::NAN);
+        ctl.observe_cost(1, -1.0);
+        assert_eq!(ctl.cost(1), 5.0);
+    }
+
+    #[test]
+    fn a_budget_not_measured_for_long_is_probed_on_every_sixteenth_step() {
+        let mut ctl = calibrated_on_flat_profile();
+        let est = chain_est(&ctl, 0.9);
+        let mut probes = Vec::new();
+        for step in 0..200u64 {
+            let (b, _) = ctl.choose(0, &est, 64);
+            if b != 8 {
+                probes.push((step, b));
+            }
+            ctl.observe_cost(b, 10.0);
+        }
+        // `choose` at step i sees the i verifies before it. Two and four rows go stale
+        // at step 64 and are measured in turn, once per stale period each; one row (half
+        // the best rate: one token for the cost of two) and sixteen (costlier) never.
+        let steps: Vec<u64> = probes.iter().map(|p| p.0).collect();
+        assert!(steps.iter().all(|s| s % PROBE_EVERY == 0), "{probes:?}");
+        assert!(steps[0] >= COST_STALE_STEPS, "{probes:?}");
+        let probed: std::collections::BTreeSet<usize> = probes.iter().map(|p| p.1).collect();
+        assert_eq!(
+            probed.into_iter().collect::<Vec<_>>(),
+            vec![2, 4],
+            "{probes:?}"
+        );
+        assert!(probes.len() <= 4, "{probes:?}");
+    }
+
+    #[test]
+    fn verify_times_are_restored_and_checked() {
+        let mut ctl = calibrated_on_flat_profile();
+        for _ in 0..4 {
+            ctl.observe_cost(1, 7.0);
+        }
+        let cal = ctl.calibration();
+        assert_eq!(cal.costs[0], vec![7.0; 4]);
+        let mut fresh = calibrated_on_flat_profile();
+        fresh.restore(&cal).unwrap();
+        assert_eq!(fresh.cost(1), 7.0);
+        for bad in [
+            vec![vec![f64::NAN]; 5],
+            vec![vec![0.0]; 5],
+            vec![vec![1.0]; 4],
+            vec![vec![1.0; COST_WINDOW + 1]; 5],
+        ] {
+            let mut c = cal.clone();
+            c.costs = bad;
+            let mut other = calibrated_on_flat_profile();
+            let before = other.calibration();
+            assert!(other.restore(&c).is_err());
+            assert_eq!(other.calibration(), before, "refused: nothing changed");
+        }
+        // A file written before verify times were kept has none: the profile stays.
+        let mut json = serde_json::to_value(&cal).unwrap();
+        json.as_object_mut().unwrap().remove("costs");
+        let old: BudgetCalibration = serde_json::from_value(json).unwrap();
+        let mut other = calibrated_on_flat_profile();
+        other.restore(&old).unwrap();
+        assert_eq!(other.cost(1), 10.0);
     }
 
     #[test]

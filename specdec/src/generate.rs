@@ -48,6 +48,9 @@ pub struct GenConfig {
     pub arm_choice: bool,
     /// Calibrate only the last this many prompt positions (`usize::MAX`: all).
     pub calib_window: usize,
+    /// Choose budgets on the cost curve as profiled, not on the verify times measured
+    /// while generating (ablations).
+    pub fixed_costs: bool,
 }
 
 impl Default for GenConfig {
@@ -63,6 +66,7 @@ impl Default for GenConfig {
             learned_ranking: true,
             arm_choice: true,
             calib_window: usize::MAX,
+            fixed_costs: false,
         }
     }
 }
@@ -120,7 +124,7 @@ impl Generator {
         let controller = cfg
             .cost_curve
             .clone()
-            .map(|c| BudgetController::new(c, cfg.max_budget));
+            .map(|c| BudgetController::new(c, cfg.max_budget).with_fixed_costs(cfg.fixed_costs));
         let tree = DraftTree::new(cfg.trie_nodes, cfg.max_depth);
         Generator {
             mode,
@@ -200,8 +204,20 @@ impl Generator {
         }
         let t = Instant::now();
         let curve = CostCurve::profile(target, pending, &DEFAULT_SIZES, self.cfg.profile_reps)?;
-        self.controller = Some(BudgetController::new(curve, self.cfg.max_budget));
+        self.controller = Some(
+            BudgetController::new(curve, self.cfg.max_budget)
+                .with_fixed_costs(self.cfg.fixed_costs),
+        );
         Ok(ms(t))
+    }
+
+    /// The verify cost the controller chooses on per candidate budget (measured while
+    /// generating, else profiled).
+    pub fn live_costs(&self) -> Vec<(usize, f64)> {
+        self.controller
+            .as_ref()
+            .map(BudgetController::live_costs)
+            .unwrap_or_default()
     }
 
     /// Accepted per estimated draft token at each candidate budget (tree of every
@@ -385,7 +401,11 @@ impl Generator {
             } else {
                 target.verify(&self.flat, &mut self.argmax)?;
             }
-            m.verify_ms += ms(t);
+            let verify_ms = ms(t);
+            m.verify_ms += verify_ms;
+            if let Some(c) = self.controller.as_mut() {
+                c.observe_cost(rows, verify_ms);
+            }
             if self.argmax.len() != rows {
                 return Err(SpecError::Target(format!(
                     "verify returned {} argmax for {} rows",

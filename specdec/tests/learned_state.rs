@@ -37,6 +37,10 @@ fn a_restored_generator_starts_from_the_learned_state_and_stays_lossless() {
     }
     let learned = warm.learned();
     assert!(learned.budget.is_some());
+    // Every verify was timed: at least the single-row steps have times to carry over.
+    let costs = &learned.budget.as_ref().unwrap().costs;
+    assert!(!costs[0].is_empty(), "{costs:?}");
+    assert!(costs.iter().flatten().all(|&ms| ms > 0.0));
     assert!(learned != Generator::new(Mode::Sdnpu, None, cfg()).learned());
 
     let mut restored = Generator::new(Mode::Sdnpu, None, cfg());
@@ -59,6 +63,11 @@ fn a_restored_generator_starts_from_the_learned_state_and_stays_lossless() {
         .zip(bb.est_sum.iter().chain(&bb.acc_sum))
     {
         assert!(ra.iter().zip(rb).all(|(&x, &y)| close(x, y)));
+    }
+    assert_eq!(ba.costs.len(), bb.costs.len());
+    for (wa, wb) in ba.costs.iter().zip(&bb.costs) {
+        assert_eq!(wa.len(), wb.len());
+        assert!(wa.iter().zip(wb).all(|(&x, &y)| close(x, y)));
     }
     assert!(a.accept == b.accept);
 

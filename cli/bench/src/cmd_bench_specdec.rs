@@ -86,6 +86,14 @@ pub struct Args {
     /// between it and the raw-text-only base arm).
     #[arg(long)]
     single_arm: bool,
+    /// Choose budgets on the cost curve as profiled (or given), not on the verify
+    /// times measured while generating (ablation of live cost tracking).
+    #[arg(long)]
+    fixed_costs: bool,
+    /// Also run every drafting mode with `--fixed-costs`, taking turns with it on each
+    /// prompt (reported as `<mode>-fixed`): the live costs' A/B in one run.
+    #[arg(long)]
+    ab_fixed_costs: bool,
     /// Calibrate only the last N prompt positions (default: all); the prompt
     /// head is prefilled without top-k rows.
     #[arg(long)]
@@ -245,10 +253,14 @@ fn oracle_bound(
 
 struct ModeResult {
     mode: Mode,
+    /// The mode's name, `-fixed` added for the `--ab-fixed-costs` twin.
+    label: String,
     metrics: Metrics,
     outputs: Vec<Vec<u32>>,
     /// Accepted per estimated draft token at each candidate budget (controller state).
     ratios: Vec<(usize, f64)>,
+    /// Verify cost per candidate budget the controller ended on (ms).
+    live_costs: Vec<(usize, f64)>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -284,6 +296,23 @@ pub fn run(args: Args) -> Result<()> {
             m.insert(0, Mode::None);
         }
         m
+    };
+    // Each run: a mode, and whether it chooses on the profiled curve only.
+    let mut variants: Vec<(Mode, bool)> = modes.iter().map(|&m| (m, args.fixed_costs)).collect();
+    if args.ab_fixed_costs && !args.fixed_costs {
+        variants.extend(
+            modes
+                .iter()
+                .filter(|&&m| m != Mode::None)
+                .map(|&m| (m, true)),
+        );
+    }
+    let label = |(mode, fixed): (Mode, bool)| {
+        if fixed && args.ab_fixed_costs {
+            format!("{}-fixed", mode.name())
+        } else {
+            mode.name().to_owned()
+        }
     };
     let dataset = args
         .dataset
@@ -373,7 +402,7 @@ pub fn run(args: Args) -> Result<()> {
 
     // Modes take turns on each prompt so that load changes on a shared machine
     // spread over all modes instead of biasing whichever ran last.
-    let mut dbs: Vec<Option<TokenDb>> = modes
+    let mut dbs: Vec<Option<TokenDb>> = variants
         .iter()
         .map(|_| {
             if args.no_conversation_db {
@@ -387,7 +416,7 @@ pub fn run(args: Args) -> Result<()> {
             }
         })
         .collect();
-    let make_gen = |mode: Mode, db: &Option<TokenDb>| {
+    let make_gen = |(mode, fixed_costs): (Mode, bool), db: &Option<TokenDb>| {
         let cfg = GenConfig {
             cost_curve: Some(curve.clone()),
             max_budget: args
@@ -398,6 +427,7 @@ pub fn run(args: Args) -> Result<()> {
             learned_ranking: !args.heuristic_ranking,
             arm_choice: !args.single_arm,
             calib_window: args.calib_window.unwrap_or(usize::MAX),
+            fixed_costs,
             ..Default::default()
         };
         let sam = db
@@ -406,25 +436,29 @@ pub fn run(args: Args) -> Result<()> {
             .map(|d| Arc::new(d.build_index()));
         Generator::new(mode, sam, cfg)
     };
-    let mut gens: Vec<Generator> = modes
+    let mut gens: Vec<Generator> = variants
         .iter()
         .zip(&dbs)
-        .map(|(&mode, db)| make_gen(mode, db))
+        .map(|(&v, db)| make_gen(v, db))
         .collect();
-    let mut results: Vec<ModeResult> = modes
+    let mut results: Vec<ModeResult> = variants
         .iter()
-        .map(|&mode| ModeResult {
-            mode,
+        .map(|&v| ModeResult {
+            mode: v.0,
+            label: label(v),
             metrics: Metrics::default(),
             outputs: Vec::new(),
             ratios: Vec::new(),
+            live_costs: Vec::new(),
         })
         .collect();
     let mut greedy = ModeResult {
         mode: Mode::None,
+        label: Mode::None.name().to_owned(),
         metrics: Metrics::default(),
         outputs: Vec::new(),
         ratios: Vec::new(),
+        live_costs: Vec::new(),
     };
     for (i, prompt) in prompts.iter().enumerate() {
         if !args.no_greedy_reference {
@@ -460,10 +494,9 @@ pub fn run(args: Args) -> Result<()> {
             greedy.outputs.push(out);
         }
         for (k, gen) in gens.iter_mut().enumerate() {
-            let mode = modes[k];
             if args.fresh_generator {
                 let learned = args.carry_learned.then(|| gen.learned());
-                *gen = make_gen(mode, &dbs[k]);
+                *gen = make_gen(variants[k], &dbs[k]);
                 if let Some(l) = learned {
                     gen.restore_learned(&l)
                         .map_err(|e| anyhow::anyhow!("restoring the learned state: {e}"))?;
@@ -479,7 +512,7 @@ pub fn run(args: Args) -> Result<()> {
                     &mut |_| {},
                     &|| false,
                 )
-                .with_context(|| format!("mode {} prompt {}", mode.name(), ids[i]))?;
+                .with_context(|| format!("mode {} prompt {}", results[k].label, ids[i]))?;
             if let Some(d) = dbs[k].as_mut().filter(|_| !args.no_conversation_db) {
                 // A finished answer joins the database, like the assistant's
                 // conversation database (answers only).
@@ -491,7 +524,7 @@ pub fn run(args: Args) -> Result<()> {
             if !args.json {
                 eprintln!(
                     "  {:8} q{:<5} {:3} tok  {:6.1} ms/tok  {:.2} tok/step  batch {:.1}  base arm {:3}/{:3} steps  acc base/cal/ext {}/{}/{}  prefill {:5.0} ms  (potential @4 {:.2}, @8 {:.2}, @16 {:.2}, @64 {:.2})",
-                    mode.name(),
+                    results[k].label,
                     ids[i],
                     m.tokens,
                     m.ms_per_token(),
@@ -530,6 +563,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     for (r, g) in results.iter_mut().zip(&gens) {
         r.ratios = g.calibration_ratios();
+        r.live_costs = g.live_costs();
     }
 
     let llama = match &args.llamacpp_json {
@@ -695,7 +729,7 @@ pub fn run(args: Args) -> Result<()> {
         let mismatch_cell = format!("{mismatches} ({mismatched_tokens})");
         table.push_str(&format!(
             "| {} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2} ({:.2}) | {:.1} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} | {} | {:.2} / {:.2} / {:.2} / {:.2} |\n",
-            r.mode.name(),
+            r.label.as_str(),
             m.decode_tok_s(),
             m.ms_per_token(),
             speedup,
@@ -715,7 +749,7 @@ pub fn run(args: Args) -> Result<()> {
             m.potential_accepted(64)
         ));
         jmodes.insert(
-            r.mode.name().to_owned(),
+            r.label.clone(),
             json!({
                 "decode_tok_s": m.decode_tok_s(),
                 "ms_per_token": m.ms_per_token(),
@@ -742,6 +776,7 @@ pub fn run(args: Args) -> Result<()> {
                 "steps_ext_accepted": m.steps_ext_accepted,
                 "tokens": m.tokens,
                 "accepted_per_estimated": r.ratios.iter().map(|(n, q)| json!([n, q])).collect::<Vec<_>>(),
+                "live_cost_ms": r.live_costs.iter().map(|(n, c)| json!([n, c])).collect::<Vec<_>>(),
                 "potential_accepted_4": m.potential_accepted(4),
                 "potential_accepted_8": m.potential_accepted(8),
                 "potential_accepted_16": m.potential_accepted(16),
@@ -761,7 +796,7 @@ pub fn run(args: Args) -> Result<()> {
             format!(
                 "{}: of {} steps, {} verified a calibration-only node and {} accepted one \
                  ({} tokens); {} verified an extension-only node and {} accepted one ({} tokens)",
-                r.mode.name(),
+                r.label.as_str(),
                 m.steps,
                 m.steps_calib_in_tree,
                 m.steps_calib_accepted,
@@ -776,6 +811,29 @@ pub fn run(args: Args) -> Result<()> {
         table.push_str(&format!(
             "\nNodes no raw-text source proposed: {}.\n",
             sourced.join("; ")
+        ));
+    }
+    let live: Vec<String> = results
+        .iter()
+        .filter(|r| r.mode != Mode::None && !r.live_costs.is_empty())
+        .map(|r| {
+            let costs: Vec<String> = r
+                .live_costs
+                .iter()
+                .map(|(n, ms)| format!("{n}:{ms:.1}"))
+                .collect();
+            format!("{} {}", r.label.as_str(), costs.join(" "))
+        })
+        .collect();
+    if !live.is_empty() {
+        table.push_str(&format!(
+            "\nVerify cost (ms) the budget controller ended on ({}): {}.\n",
+            if args.fixed_costs {
+                "`--fixed-costs`: the curve"
+            } else {
+                "the median of each budget's latest measured times"
+            },
+            live.join("; ")
         ));
     }
     if let Some(o) = &oracle {
@@ -799,7 +857,7 @@ pub fn run(args: Args) -> Result<()> {
                     let y = modeled_over_plain(&r.metrics);
                     format!(
                         "{} {x:.2}x ({:.0}%; modeled {y:.2}x, {:.0}%)",
-                        r.mode.name(),
+                        r.label.as_str(),
                         100.0 * x / o.speedup(),
                         100.0 * y / o.speedup()
                     )
@@ -810,7 +868,7 @@ pub fn run(args: Args) -> Result<()> {
         for (r, g) in results.iter().zip(&gaps) {
             let Some(g) = g else { continue };
             table.push_str(&gap_line(
-                r.mode.name(),
+                r.label.as_str(),
                 g,
                 modeled_verify_over_plain(&r.metrics),
             ));
@@ -829,14 +887,14 @@ pub fn run(args: Args) -> Result<()> {
                 .iter()
                 .map(|r| format!(
                     "{} {:.2}x",
-                    r.mode.name(),
+                    r.label.as_str(),
                     r.metrics.decode_tok_s() / l.lookup_tok_s.max(1e-9)
                 ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
         for r in &results {
-            if let Some(serde_json::Value::Object(o)) = jmodes.get_mut(r.mode.name()) {
+            if let Some(serde_json::Value::Object(o)) = jmodes.get_mut(r.label.as_str()) {
                 o.insert(
                     "vs_llamacpp_lookup".into(),
                     json!(r.metrics.decode_tok_s() / l.lookup_tok_s.max(1e-9)),

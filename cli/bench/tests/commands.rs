@@ -201,3 +201,70 @@ fn e2e_refuses_a_peer_that_tokenizes_the_prompt_differently() {
     );
     assert!(!err.contains("went past"), "{err}");
 }
+
+#[test]
+fn specdec_ab_fixed_costs_runs_both_controllers_and_both_are_lossless() {
+    if rag::models::resolve("smollm2-135m").is_err() {
+        assert!(
+            std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1"),
+            "smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m"
+        );
+        return;
+    }
+    let data =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ui/droidtask_ui.jsonl");
+    assert!(
+        data.exists(),
+        "{} is missing (../shared beside the repository)",
+        data.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let curve = dir.path().join("curve.json");
+    std::fs::write(
+        &curve,
+        r#"{"sizes":[1,2,4,8,16],"ms":[10.0,10.0,10.0,10.5,18.0]}"#,
+    )
+    .unwrap();
+    let args = [
+        "specdec",
+        "--model",
+        "smollm2-135m",
+        "--category",
+        "ui",
+        "--dataset",
+        data.to_str().unwrap(),
+        "--limit",
+        "2",
+        "--max-tokens",
+        "24",
+        "--modes",
+        "none,sdnpu",
+        "--ab-fixed-costs",
+        "--cost-curve",
+        curve.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--json",
+    ];
+    let json: Value = serde_json::from_str(&ok(bench(dir.path(), &args))).unwrap();
+    let modes = json["modes"].as_object().unwrap();
+    let mut names: Vec<&str> = modes.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(names, ["none", "sdnpu", "sdnpu-fixed"]);
+    for (name, m) in modes {
+        assert_eq!(m["mismatches"], 0, "{name}");
+        assert!(m["tokens"].as_u64().unwrap() > 0, "{name}");
+    }
+    let costs = |name: &str| -> Vec<(u64, f64)> {
+        modes[name]["live_cost_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_u64().unwrap(), p[1].as_f64().unwrap()))
+            .collect()
+    };
+    let profiled = vec![(1, 10.0), (2, 10.0), (4, 10.0), (8, 10.5), (16, 18.0)];
+    // The twin chose on the curve as given; the live controller on what it timed.
+    assert_eq!(costs("sdnpu-fixed"), profiled);
+    assert_ne!(costs("sdnpu"), profiled);
+}
