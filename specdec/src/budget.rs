@@ -293,12 +293,19 @@ impl BudgetController {
         if recent.is_empty() {
             return prior;
         }
-        let mut v: Vec<f64> = recent.iter().copied().collect();
-        if v.len() < COST_TRUSTED {
-            v.push(prior);
+        // On the stack: `choose` asks for up to 2 x MAX_SIZES costs every step.
+        let mut buf = [0.0; COST_WINDOW + 1];
+        let mut n = 0;
+        for &ms in recent {
+            buf[n] = ms;
+            n += 1;
         }
+        if n < COST_TRUSTED {
+            buf[n] = prior;
+            n += 1;
+        }
+        let v = &mut buf[..n];
         v.sort_by(f64::total_cmp);
-        let n = v.len();
         if n % 2 == 1 {
             v[n / 2]
         } else {
