@@ -32,6 +32,18 @@ fn files_in(dir: &Path) -> Vec<String> {
     names
 }
 
+/// Whether SmolLM2 is here; its absence fails the test unless model tests are skipped.
+fn smollm2_or_skip() -> bool {
+    if rag::models::resolve("smollm2-135m").is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1"),
+        "smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m"
+    );
+    false
+}
+
 #[test]
 fn help_lists_every_benchmark() {
     let dir = tempfile::tempdir().unwrap();
@@ -120,11 +132,7 @@ fn a_missing_data_file_names_its_flag() {
 
 #[test]
 fn model_json_has_the_documented_fields() {
-    if rag::models::resolve("smollm2-135m").is_err() {
-        assert!(
-            std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1"),
-            "smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m"
-        );
+    if !smollm2_or_skip() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -204,11 +212,7 @@ fn e2e_refuses_a_peer_that_tokenizes_the_prompt_differently() {
 
 #[test]
 fn specdec_ab_fixed_costs_runs_both_controllers_and_both_are_lossless() {
-    if rag::models::resolve("smollm2-135m").is_err() {
-        assert!(
-            std::env::var("RAG_SKIP_MODEL_TESTS").as_deref() == Ok("1"),
-            "smollm2-135m is missing: run scripts/fetch-model.sh smollm2-135m"
-        );
+    if !smollm2_or_skip() {
         return;
     }
     let data =
