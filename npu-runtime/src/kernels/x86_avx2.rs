@@ -516,14 +516,18 @@ unsafe fn kquant_body<const F: u8, const VNNI: bool>(
         13, 12, 13,
     );
     let dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
+    // Initialised once per call: each super-block's first block overwrites them.
+    let isum_all = filled(
+        &mut isum_buf[..TCHUNK.min(k.n_tokens)],
+        [_mm256_setzero_si256(); 2],
+    );
     let pf = Prefetch::new(fmt_type(F), k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
             let acc = filled(&mut acc_buf[..nt], [_mm256_setzero_ps(); 2]);
-            // (Each super-block's first block overwrites these.)
-            let isum = filled(&mut isum_buf[..nt], [_mm256_setzero_si256(); 2]);
+            let isum = &mut isum_all[..nt];
             for sb in 0..nb / 8 {
                 // SAFETY (this block): the scale plane holds 320 bytes per
                 // super-block (layout docs); block sb*8+j < nb; activation

@@ -382,14 +382,18 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
     let nb = k.cols / 32;
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<__m512i>::uninit(); TCHUNK];
+    // Initialised once per call: each super-block's first block overwrites them.
+    let isum_all = filled(
+        &mut isum_buf[..TCHUNK.min(k.n_tokens)],
+        _mm512_setzero_si512(),
+    );
     let pf = Prefetch::new(fmt_type(F), k.cols);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
             let acc = filled(&mut acc_buf[..nt], _mm512_setzero_ps());
-            // (Each super-block's first block overwrites these.)
-            let isum = filled(&mut isum_buf[..nt], _mm512_setzero_si512());
+            let isum = &mut isum_all[..nt];
             for sb in 0..nb / 8 {
                 // SAFETY (this block): the scale plane holds 320 bytes per
                 // super-block (layout docs), the code planes block sb*8+j < nb;
@@ -549,6 +553,11 @@ unsafe fn kquant_pairs<const F: u8>(
     let nb = k.cols / 32;
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<[__m512i; 2]>::uninit(); TCHUNK];
+    // Initialised once per call: each super-block's first block overwrites them.
+    let isum_all = filled(
+        &mut isum_buf[..TCHUNK.min(k.n_tokens)],
+        [_mm512_setzero_si512(); 2],
+    );
     let pf = Prefetch::new(fmt_type(F), k.cols);
     let mut g = g0;
     while g + 2 <= g1 {
@@ -557,8 +566,7 @@ unsafe fn kquant_pairs<const F: u8>(
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
             let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
-            // (Each super-block's first block overwrites these.)
-            let isum = filled(&mut isum_buf[..nt], [_mm512_setzero_si512(); 2]);
+            let isum = &mut isum_all[..nt];
             for sup in 0..nb / 8 {
                 // SAFETY (this block): as in `kquant`, for each of the two groups.
                 let (s_a, s_b) = (sa.add(sup * 320), sb.add(sup * 320));

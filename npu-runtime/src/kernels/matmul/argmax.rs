@@ -1,6 +1,6 @@
 //! The argmax-only LM head: each token's largest output row without writing the products.
 
-use super::dispatch::{prepare, run_isa, MatmulScratch};
+use super::dispatch::{prepare, run_isa, task_groups, MatmulScratch};
 use super::kernel_io::{Kernel, OutOp, Output};
 use super::qmatrix::QMatrix;
 use crate::kernels::act::ActFormat;
@@ -190,7 +190,7 @@ pub fn matmul_argmax_with_isa(
     let run_part = |j: usize| {
         let k = Kernel::new(w, n_tokens);
         let n_groups = w.rows.div_ceil(GROUP);
-        let (g0, g1) = (j * n_groups / tasks[0], (j + 1) * n_groups / tasks[0]);
+        let (g0, g1) = task_groups(j, n_groups, tasks[0]);
         let mut l = LaneBest::new();
         // The kernels visit a task's groups in ascending order for every token, so a
         // strict `>` per lane keeps each lane's first (lowest-row) maximum.

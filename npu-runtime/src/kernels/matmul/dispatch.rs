@@ -123,6 +123,20 @@ pub(super) fn prepare(
     Some((isa, tasks, budget > 0))
 }
 
+/// Task `j`'s share `g0..g1` of `n_groups` row groups split into `n_tasks` near-even
+/// shares. Cuts fall on even groups: the pair kernels compute two groups per pass, and a
+/// share ending in a lone group would run it in the single-group pass (slower per row).
+pub(super) fn task_groups(j: usize, n_groups: usize, n_tasks: usize) -> (usize, usize) {
+    let cut = |i: usize| {
+        if i >= n_tasks {
+            n_groups
+        } else {
+            (i * n_groups / n_tasks) & !1
+        }
+    };
+    (cut(j), cut(j + 1))
+}
+
 /// Runs the kernel of `isa` on groups `g0..g1`, writing through `out`.
 ///
 /// # Safety

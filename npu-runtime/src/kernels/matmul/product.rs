@@ -1,7 +1,9 @@
 //! `out = x · Wᵀ`: one matrix, several matrices sharing an input, fused output epilogues
 //! and SwiGLU, each bit-identical to the plain product and the separate element-wise steps.
 
-use super::dispatch::{check_args, prepare, run_isa, MatmulScratch, SendPtr, MAX_MULTI};
+use super::dispatch::{
+    check_args, prepare, run_isa, task_groups, MatmulScratch, SendPtr, MAX_MULTI,
+};
 use super::kernel_io::{Kernel, OutOp, Output};
 use super::qmatrix::QMatrix;
 use crate::kernels::act::{ActFormat, QuantActs};
@@ -146,7 +148,7 @@ pub fn matmul_multi_epilogue_with_isa(
     // Runs task `j` of matrix `m`: an even share of its row groups.
     let run_part = |m: usize, j: usize| {
         let n_groups = ws[m].rows.div_ceil(GROUP);
-        let (g0, g1) = (j * n_groups / tasks[m], (j + 1) * n_groups / tasks[m]);
+        let (g0, g1) = task_groups(j, n_groups, tasks[m]);
         // SAFETY: outs_ptr[m] is outs[m] (checked n_tokens x rows, exclusively
         // borrowed for this call); task j of matrix m is the only writer of groups g0..g1.
         unsafe { run_groups(isa, ws[m], acts, x, n_tokens, g0, g1, outs_ptr[m], epis[m]) };
@@ -231,7 +233,7 @@ pub fn matmul_swiglu_with_isa(
     let acts = &scratch.acts;
     let (out_ptr, up_ptr) = (SendPtr(out.as_mut_ptr()), SendPtr(up.as_mut_ptr()));
     let run_part = |j: usize| {
-        let (g0, g1) = (j * n_groups / n_tasks, (j + 1) * n_groups / n_tasks);
+        let (g0, g1) = task_groups(j, n_groups, n_tasks);
         let (r0, r1) = (g0 * GROUP, (g1 * GROUP).min(rows));
         // SAFETY: `out` and `up` are n_tokens x rows (checked) and exclusively
         // borrowed; task j is the only one touching rows r0..r1 (groups g0..g1) of

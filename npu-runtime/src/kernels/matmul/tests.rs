@@ -486,3 +486,25 @@ fn largest_k_quant_codes_are_bit_identical_to_portable() {
         }
     }
 }
+
+#[test]
+fn task_shares_cover_every_group_once_and_cut_at_even_groups() {
+    use super::dispatch::task_groups;
+    for n_groups in 0..200 {
+        for n_tasks in 1..=24 {
+            let mut next = 0;
+            for j in 0..n_tasks {
+                let (g0, g1) = task_groups(j, n_groups, n_tasks);
+                assert_eq!(g0, next, "{n_groups} groups, {n_tasks} tasks, task {j}");
+                assert!(g1 >= g0);
+                if j + 1 < n_tasks {
+                    assert_eq!(g1 % 2, 0, "{n_groups}/{n_tasks}: task {j} ends at {g1}");
+                }
+                // Near-even: no share exceeds the even split by more than a pair.
+                assert!(g1 - g0 <= n_groups.div_ceil(n_tasks) + 2);
+                next = g1;
+            }
+            assert_eq!(next, n_groups);
+        }
+    }
+}
