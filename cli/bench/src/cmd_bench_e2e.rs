@@ -13,7 +13,7 @@
 //! (ours its prompt-prefix reuse, llama-cpp-python its prefix match). Peak RSS is each
 //! process's high-water mark: ours includes the embedder and the index.
 
-use crate::scratch_index::{open_assistant, ScratchDir};
+use crate::scratch_index::{open_assistant, open_assistant_with, ScratchDir};
 use crate::{bench_report, data_files};
 use anyhow::{bail, Context, Result};
 use rag::assistant::{AskOptions, Assistant};
@@ -57,6 +57,12 @@ pub struct Args {
     /// The llama.cpp worker script (default: `scripts/peers/llamacpp_e2e.py`).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
+    /// A/B: also answer every question with a second instance of our engine whose
+    /// drafter calibrates only the last W prompt positions (`AssistantOptions::calib_window`;
+    /// 0 = no calibration), asked right after ours; reported beside ours. Its model is loaded
+    /// in this process too, so our peak RSS then counts both.
+    #[arg(long, value_name = "W")]
+    pub ab_calib_window: Option<usize>,
     /// Print every answer pair.
     #[arg(long)]
     pub verbose: bool,
@@ -88,7 +94,7 @@ struct Run {
     text: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 struct QuestionResult {
     id: String,
     prompt_tokens: usize,
@@ -96,6 +102,9 @@ struct QuestionResult {
     ours: Run,
     llamacpp: Run,
     identical: bool,
+    /// `--ab-calib-window`'s answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    twin: Option<Run>,
 }
 
 /// Medians over the questions of one engine.
@@ -130,6 +139,17 @@ pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     assistant.load_model()?;
     let our_load_ms = ms(t);
+    let twin_dir = ScratchDir::new("rag-bench-e2e-twin-")?;
+    let twin = match a.ab_calib_window {
+        Some(w) => {
+            let t = open_assistant_with(&twin_dir, &model_arg, a.threads, Some(&a.corpus), |o| {
+                o.calib_window = w
+            })?;
+            t.load_model()?;
+            Some(t)
+        }
+        None => None,
+    };
     let mut peer = Peer::start(&a.python, &script, &model_path, a.threads)?;
     let ask = AskOptions {
         max_tokens: a.max_tokens,
@@ -140,6 +160,9 @@ pub fn run(a: Args) -> Result<()> {
     let warm = assistant.build_prompt(&a.warmup_question, &ask)?;
     check_tokenization(&mut peer, &warm.tokens, &warm.text)?;
     ask_ours(&assistant, &a.warmup_question, &ask)?;
+    if let Some(t) = &twin {
+        ask_ours(t, &a.warmup_question, &ask)?;
+    }
     peer.generate(&warm.tokens, a.max_tokens)?;
 
     let mut results = Vec::new();
@@ -147,12 +170,19 @@ pub fn run(a: Args) -> Result<()> {
         let built = assistant.build_prompt(&q.question, &ask)?;
         check_tokenization(&mut peer, &built.tokens, &built.text)
             .with_context(|| format!("question {}", q.id))?;
-        let ((ours, retrieve_ms, prompt_tokens), theirs) = if i % 2 == 0 {
+        let ask_twin = || -> Result<Option<Run>> {
+            twin.as_ref()
+                .map(|t| ask_ours(t, &q.question, &ask).map(|r| r.0))
+                .transpose()
+        };
+        let ((ours, retrieve_ms, prompt_tokens), twin_run, theirs) = if i % 2 == 0 {
             let ours = ask_ours(&assistant, &q.question, &ask)?;
-            (ours, peer.generate(&built.tokens, a.max_tokens)?)
+            let twin_run = ask_twin()?;
+            (ours, twin_run, peer.generate(&built.tokens, a.max_tokens)?)
         } else {
             let theirs = peer.generate(&built.tokens, a.max_tokens)?;
-            (ask_ours(&assistant, &q.question, &ask)?, theirs)
+            let twin_run = ask_twin()?;
+            (ask_ours(&assistant, &q.question, &ask)?, twin_run, theirs)
         };
         if prompt_tokens != built.tokens.len() {
             bail!(
@@ -183,6 +213,7 @@ pub fn run(a: Args) -> Result<()> {
             ours,
             llamacpp: theirs,
             identical,
+            twin: twin_run,
         });
     }
     let ours = summarize(
@@ -192,9 +223,13 @@ pub fn run(a: Args) -> Result<()> {
         crate::cmd_bench_model::peak_rss_mb(),
     );
     let theirs = summarize(&results, |r| &r.llamacpp, peer.load_ms, peer.peak_rss_mb()?);
+    let twin = a.ab_calib_window.map(|w| twin_json(&results, w, &ours));
     let engine = std::mem::take(&mut peer.engine);
     drop(peer);
-    let report = report_json(&file_name(&model_path), &a, &engine, ours, theirs, results);
+    let mut report = report_json(&file_name(&model_path), &a, &engine, ours, theirs, results);
+    if let Some(t) = twin {
+        report["ab_calib_window"] = t;
+    }
     let table = table(&a, &report, load_avg_start)?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -245,6 +280,35 @@ fn report_json(
         "llamacpp": theirs,
         "llamacpp_engine": engine,
         "per_question": results,
+    })
+}
+
+/// The `--ab-calib-window` object: the twin's medians, how often it answered as ours did,
+/// and its speed-ups over ours (above 1: the twin is faster).
+fn twin_json(results: &[QuestionResult], window: usize, ours: &Summary) -> Value {
+    let twins: Vec<QuestionResult> = results
+        .iter()
+        .filter_map(|r| {
+            r.twin.clone().map(|t| QuestionResult {
+                ours: t,
+                twin: None,
+                ..r.clone()
+            })
+        })
+        .collect();
+    let same = results
+        .iter()
+        .filter(|r| r.twin.as_ref().map(|t| t.text.trim()) == Some(r.ours.text.trim()))
+        .count();
+    let s = summarize(&twins, |r| &r.ours, ours.load_ms, ours.peak_rss_mb);
+    json!({
+        "calib_window": window,
+        "speedup_over_ours": {
+            "ttft": ours.ttft_ms / s.ttft_ms,
+            "answer": ours.answer_ms / s.answer_ms,
+        },
+        "same_answer_as_ours": same,
+        "ours": s,
     })
 }
 
@@ -424,6 +488,27 @@ fn table(a: &Args, r: &Value, load_avg_start: Option<f64>) -> Result<String> {
             }
         )?;
     }
+    let tw = &r["ab_calib_window"];
+    if !tw.is_null() {
+        let o = &tw["ours"];
+        writeln!(
+            t,
+            "\nA/B (`--ab-calib-window {w}`): our engine with the drafter calibrating the last {w} \
+             prompt positions (0: none), asked right after ours on every question: median TTFT \
+             {:.1} ms, decode {:.1} tok/s, whole answer {:.1} ms; faster than ours (window {}) \
+             by {:.3}x (TTFT) and {:.3}x (whole answer; below 1: slower); the same answer as \
+             ours on {} of {}. Our peak RSS counts both models.",
+            f(o, "ttft_ms"),
+            f(o, "decode_tok_s"),
+            f(o, "answer_ms"),
+            rag::assistant::DEFAULT_CALIB_WINDOW,
+            f(&tw["speedup_over_ours"], "ttft"),
+            f(&tw["speedup_over_ours"], "answer"),
+            tw["same_answer_as_ours"],
+            r["questions"],
+            w = tw["calib_window"],
+        )?;
+    }
     let load = |l: Option<f64>| l.map_or("?".to_owned(), |v| format!("{v:.1}"));
     writeln!(
         t,
@@ -595,6 +680,7 @@ mod tests {
             ours: run(100.0, 400.0, 7),
             llamacpp: run(300.0, 1000.0, 7),
             identical: true,
+            twin: None,
         }];
         let ours = summarize(&results, |r| &r.ours, 50.0, 900.0);
         let theirs = summarize(&results, |r| &r.llamacpp, 80.0, 1200.0);
@@ -633,6 +719,7 @@ mod tests {
             llamacpp: ours.clone(),
             ours,
             identical: true,
+            twin: None,
         };
         let results = [
             q(run(100.0, 300.0, 11)), // 50 tok/s
@@ -645,5 +732,49 @@ mod tests {
         assert_eq!(s.decode_tok_s, 75.0);
         assert_eq!((s.load_ms, s.peak_rss_mb), (5.0, 7.0));
         assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn the_calibration_ab_reports_the_twin_beside_ours() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: Args,
+        }
+        let a = Cli::parse_from(["x", "--python", "python3", "--ab-calib-window", "0"]).a;
+        assert_eq!(a.ab_calib_window, Some(0));
+        let q = |ours: Run, twin: Run| QuestionResult {
+            id: "q".into(),
+            prompt_tokens: 100,
+            retrieve_ms: 1.0,
+            llamacpp: run(900.0, 2000.0, 11),
+            ours,
+            identical: true,
+            twin: Some(twin),
+        };
+        let mut differs = run(180.0, 440.0, 11);
+        differs.text = "another answer".into();
+        let results = vec![
+            q(run(200.0, 400.0, 11), run(100.0, 500.0, 11)),
+            q(run(200.0, 400.0, 11), differs),
+        ];
+        let ours = summarize(&results, |r| &r.ours, 5.0, 7.0);
+        let theirs = summarize(&results, |r| &r.llamacpp, 5.0, 7.0);
+        let twin = twin_json(&results, 0, &ours);
+        // Twin medians: TTFT (100 + 180) / 2, answer (500 + 440) / 2.
+        assert_eq!(twin["ours"]["ttft_ms"], 140.0);
+        assert_eq!(twin["ours"]["answer_ms"], 470.0);
+        assert_eq!(twin["speedup_over_ours"]["ttft"], 200.0 / 140.0);
+        assert_eq!(twin["speedup_over_ours"]["answer"], 400.0 / 470.0);
+        assert_eq!(twin["same_answer_as_ours"], 1);
+        let mut v = report_json("m.gguf", &a, "llama.cpp", ours, theirs, results);
+        v["ab_calib_window"] = twin;
+        let t = table(&a, &v, None).unwrap();
+        assert!(
+            t.contains("A/B (`--ab-calib-window 0`)") && t.contains("1.429x (TTFT) and 0.851x"),
+            "{t}"
+        );
+        assert!(t.contains("the same answer as ours on 1 of 2"), "{t}");
     }
 }

@@ -33,9 +33,21 @@ pub fn open_assistant(
     threads: usize,
     corpus: Option<&Path>,
 ) -> Result<Assistant> {
+    open_assistant_with(index_dir, model, threads, corpus, |_| {})
+}
+
+/// [`open_assistant`] with `tweak` applied to the options before opening.
+pub fn open_assistant_with(
+    index_dir: &ScratchDir,
+    model: &str,
+    threads: usize,
+    corpus: Option<&Path>,
+    tweak: impl FnOnce(&mut AssistantOptions),
+) -> Result<Assistant> {
     let mut opts = AssistantOptions::new(index_dir.path());
     opts.model = model.to_owned();
     opts.threads = threads;
+    tweak(&mut opts);
     let assistant = Assistant::open(opts)?;
     if let Some(corpus) = corpus {
         assistant.add_paths(&[corpus.to_path_buf()], &IndexOptions::default(), &|_| {})?;
