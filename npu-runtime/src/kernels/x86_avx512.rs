@@ -551,6 +551,7 @@ unsafe fn kquant_pairs<const F: u8>(
     write: Write,
 ) {
     let nb = k.cols / 32;
+    assert!(nb >= 8, "K-quant rows are whole super-blocks");
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
     let mut isum_buf = [MaybeUninit::<[__m512i; 2]>::uninit(); TCHUNK];
     // Initialised once per call: each super-block's first block overwrites them.
@@ -565,7 +566,6 @@ unsafe fn kquant_pairs<const F: u8>(
         let [cb, hb, sb] = k.plane_ptrs(g + 1);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
             let nt = TCHUNK.min(k.n_tokens - t0);
-            let acc = filled(&mut acc_buf[..nt], [_mm512_setzero_ps(); 2]);
             let isum = &mut isum_all[..nt];
             for sup in 0..nb / 8 {
                 // SAFETY (this block): as in `kquant`, for each of the two groups.
@@ -629,14 +629,27 @@ unsafe fn kquant_pairs<const F: u8>(
                         };
                     }
                 }
-                for (gi, s) in [s_a, s_b].into_iter().enumerate() {
-                    let ss = super_scales::<F>(s);
-                    for (dt, acc) in acc.iter_mut().enumerate() {
-                        let blk0 = (t0 + dt) * nb + sup * 8;
-                        acc[gi] = super_step::<F>(&ss, acts, blk0, isum[dt][gi], acc[gi]);
-                    }
+                let ss = [super_scales::<F>(s_a), super_scales::<F>(s_b)];
+                for (dt, slot) in acc_buf[..nt].iter_mut().enumerate() {
+                    let blk0 = (t0 + dt) * nb + sup * 8;
+                    // The first super-block starts from zero: the same operations as
+                    // zeroed accumulators, without a memset per pass.
+                    let prev = if sup == 0 {
+                        [_mm512_setzero_ps(); 2]
+                    } else {
+                        // SAFETY: super-block 0 wrote this slot.
+                        slot.assume_init()
+                    };
+                    slot.write([
+                        super_step::<F>(&ss[0], acts, blk0, isum[dt][0], prev[0]),
+                        super_step::<F>(&ss[1], acts, blk0, isum[dt][1], prev[1]),
+                    ]);
                 }
             }
+            // SAFETY: K-quant rows hold at least one super-block (nb >= 8), and the
+            // first wrote every slot `..nt`; `MaybeUninit<T>` has the layout of `T`.
+            let acc = &*(&acc_buf[..nt] as *const [MaybeUninit<[__m512; 2]>]
+                as *const [[__m512; 2]]);
             emit_pair(write, t0, g, acc);
         }
         g += 2;
