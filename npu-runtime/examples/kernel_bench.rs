@@ -160,17 +160,21 @@ fn main() {
     let mut scratch = MatmulScratch::new(max_n, 4864);
     let mut seed = 0x1234_5678_9abc_def1u64;
     let mut forward_ms = vec![0f64; ns.len()];
+    // The int8 multiply-accumulate peak of as many threads: each row's share of it says
+    // how close the kernel runs to the arithmetic floor (the batched rows' bound).
+    let peak = npu_runtime::kernels::peak::int8_macs_per_sec(threads, 3);
     println!(
-        "isa {isa:?}, threads {threads}, time = {}",
+        "isa {isa:?}, threads {threads}, time = {}, int8 peak {}",
         if threads == 1 && use_cpu {
             "thread CPU time"
         } else {
             "wall clock"
-        }
+        },
+        peak.map_or("n/a".into(), |p| format!("{:.0} G MAC/s", p / 1e9))
     );
     println!(
-        "{:<28} {:>4} {:>10} {:>9} {:>10}",
-        "shape", "N", "ms/call", "GB/s", "ms/token"
+        "{:<28} {:>4} {:>10} {:>9} {:>10} {:>7}",
+        "shape", "N", "ms/call", "GB/s", "ms/token", "% peak"
     );
     for s in &shapes {
         if only.as_deref().is_some_and(|o| !s.name.contains(o)) {
@@ -209,13 +213,16 @@ fn main() {
                 wall_ms
             };
             let gbs = w.size_bytes() as f64 / (ms * 1e-3) / 1e9;
+            let macs = (s.rows * s.cols * n) as f64;
+            let share = peak.map_or(f64::NAN, |p| 100.0 * macs / (ms * 1e-3) / p);
             println!(
-                "{:<28} {:>4} {:>10.4} {:>9.2} {:>10.4}",
+                "{:<28} {:>4} {:>10.4} {:>9.2} {:>10.4} {:>6.1}%",
                 s.name,
                 n,
                 ms,
                 gbs,
-                ms / n as f64
+                ms / n as f64,
+                share
             );
             forward_ms[ni] += ms * s.per_forward as f64;
         }
