@@ -648,8 +648,8 @@ unsafe fn kquant_pairs<const F: u8>(
             }
             // SAFETY: K-quant rows hold at least one super-block (nb >= 8), and the
             // first wrote every slot `..nt`; `MaybeUninit<T>` has the layout of `T`.
-            let acc = &*(&acc_buf[..nt] as *const [MaybeUninit<[__m512; 2]>]
-                as *const [[__m512; 2]]);
+            let acc =
+                &*(&acc_buf[..nt] as *const [MaybeUninit<[__m512; 2]>] as *const [[__m512; 2]]);
             emit_pair(write, t0, g, acc);
         }
         g += 2;
