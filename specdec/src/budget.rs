@@ -84,11 +84,9 @@ impl CostCurve {
 
     /// Cache the curve as JSON (temp file + rename).
     pub fn save(&self, path: &std::path::Path) -> Result<(), SpecError> {
-        let io = |e: std::io::Error| SpecError::Config(format!("writing {}: {e}", path.display()));
-        let tmp = path.with_extension("tmp");
         let text = serde_json::to_string(self).map_err(|e| SpecError::Config(e.to_string()))?;
-        std::fs::write(&tmp, text).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        crate::atomic_file::write_replacing(path, text.as_bytes())
+            .map_err(|e| SpecError::Config(format!("writing {}: {e}", path.display())))
     }
 
     /// Measure the curve through the target: verify chains of the pending token

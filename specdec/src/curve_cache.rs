@@ -195,19 +195,10 @@ pub fn store(file: &Path, key: &CurveKey, curve: &CostCurve) -> Result<(), SpecE
     write_replacing(file, &text)
 }
 
-/// `text` into `file` through a temp file of this process and a rename, so that a
-/// reader, or another process writing the same file, never sees a partial one.
+/// `text` into `file`, replaced whole ([`crate::atomic_file`]).
 fn write_replacing(file: &Path, text: &str) -> Result<(), SpecError> {
-    let io = |e: std::io::Error| SpecError::Config(format!("writing {}: {e}", file.display()));
-    if let Some(d) = file.parent() {
-        std::fs::create_dir_all(d).map_err(io)?;
-    }
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, file).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    crate::atomic_file::write_replacing(file, text.as_bytes())
+        .map_err(|e| SpecError::Config(format!("writing {}: {e}", file.display())))
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

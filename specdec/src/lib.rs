@@ -11,6 +11,7 @@
 //! with the same seed token for token.
 
 pub mod accept_model;
+mod atomic_file;
 pub mod budget;
 pub mod calibration;
 pub mod curve_cache;

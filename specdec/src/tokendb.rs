@@ -5,7 +5,6 @@
 use crate::sam::{SuffixAutomaton, SEPARATOR};
 use crate::SpecError;
 use std::collections::VecDeque;
-use std::io::Write;
 use std::path::Path;
 
 /// Anything that can feed token sequences into the database (rag implements it
@@ -114,28 +113,8 @@ impl TokenDb {
 
     /// Write atomically: a crash leaves either the old or the new file.
     pub fn save(&self, path: &Path) -> Result<(), SpecError> {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path
-            .file_name()
-            .ok_or_else(|| SpecError::Db(format!("not a file path: {}", path.display())))?;
-        let tmp = dir.join(format!(
-            ".{}.tmp{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let io = |e: std::io::Error| SpecError::Db(format!("writing {}: {e}", path.display()));
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(&self.encode()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(e)
-        })
+        crate::atomic_file::write_replacing(path, &self.encode())
+            .map_err(|e| SpecError::Db(format!("writing {}: {e}", path.display())))
     }
 
     /// Load a saved database; `max_tokens` (if given) re-bounds it.
