@@ -139,14 +139,15 @@ pub fn run(a: Args) -> Result<()> {
     let t = Instant::now();
     assistant.load_model()?;
     let our_load_ms = ms(t);
-    let twin_dir = ScratchDir::new("rag-bench-e2e-twin-")?;
+    // The A/B twin, with its own index directory (dropped after it).
     let twin = match a.ab_calib_window {
         Some(w) => {
-            let t = open_assistant_with(&twin_dir, &model_arg, a.threads, Some(&a.corpus), |o| {
+            let dir = ScratchDir::new("rag-bench-e2e-twin-")?;
+            let t = open_assistant_with(&dir, &model_arg, a.threads, Some(&a.corpus), |o| {
                 o.calib_window = w
             })?;
             t.load_model()?;
-            Some(t)
+            Some((t, dir))
         }
         None => None,
     };
@@ -160,7 +161,7 @@ pub fn run(a: Args) -> Result<()> {
     let warm = assistant.build_prompt(&a.warmup_question, &ask)?;
     check_tokenization(&mut peer, &warm.tokens, &warm.text)?;
     ask_ours(&assistant, &a.warmup_question, &ask)?;
-    if let Some(t) = &twin {
+    if let Some((t, _)) = &twin {
         ask_ours(t, &a.warmup_question, &ask)?;
     }
     peer.generate(&warm.tokens, a.max_tokens)?;
@@ -172,7 +173,7 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("question {}", q.id))?;
         let ask_twin = || -> Result<Option<Run>> {
             twin.as_ref()
-                .map(|t| ask_ours(t, &q.question, &ask).map(|r| r.0))
+                .map(|(t, _)| ask_ours(t, &q.question, &ask).map(|r| r.0))
                 .transpose()
         };
         let ((ours, retrieve_ms, prompt_tokens), twin_run, theirs) = if i % 2 == 0 {
