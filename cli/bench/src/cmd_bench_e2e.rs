@@ -94,7 +94,7 @@ struct Run {
     text: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Debug, Serialize)]
 struct QuestionResult {
     id: String,
     prompt_tokens: usize,
@@ -218,12 +218,15 @@ pub fn run(a: Args) -> Result<()> {
         });
     }
     let ours = summarize(
-        &results,
-        |r| &r.ours,
+        results.iter().map(|r| &r.ours),
         our_load_ms,
         crate::cmd_bench_model::peak_rss_mb(),
     );
-    let theirs = summarize(&results, |r| &r.llamacpp, peer.load_ms, peer.peak_rss_mb()?);
+    let theirs = summarize(
+        results.iter().map(|r| &r.llamacpp),
+        peer.load_ms,
+        peer.peak_rss_mb()?,
+    );
     let twin = a.ab_calib_window.map(|w| twin_json(&results, w, &ours));
     let engine = std::mem::take(&mut peer.engine);
     drop(peer);
@@ -287,21 +290,12 @@ fn report_json(
 /// The `--ab-calib-window` object: the twin's medians, how often it answered as ours did,
 /// and its speed-ups over ours (above 1: the twin is faster).
 fn twin_json(results: &[QuestionResult], window: usize, ours: &Summary) -> Value {
-    let twins: Vec<QuestionResult> = results
-        .iter()
-        .filter_map(|r| {
-            r.twin.clone().map(|t| QuestionResult {
-                ours: t,
-                twin: None,
-                ..r.clone()
-            })
-        })
-        .collect();
     let same = results
         .iter()
         .filter(|r| r.twin.as_ref().map(|t| t.text.trim()) == Some(r.ours.text.trim()))
         .count();
-    let s = summarize(&twins, |r| &r.ours, ours.load_ms, ours.peak_rss_mb);
+    let twins = results.iter().filter_map(|r| r.twin.as_ref());
+    let s = summarize(twins, ours.load_ms, ours.peak_rss_mb);
     json!({
         "calib_window": window,
         "speedup_over_ours": {
@@ -372,21 +366,18 @@ fn rate(tokens: usize, ms_after_first: f64) -> f64 {
     (tokens - 1) as f64 / (ms_after_first / 1e3)
 }
 
-fn summarize(
-    results: &[QuestionResult],
-    run: impl Fn(&QuestionResult) -> &Run,
+fn summarize<'a>(
+    runs: impl Iterator<Item = &'a Run> + Clone,
     load_ms: f64,
     peak_rss_mb: f64,
 ) -> Summary {
-    let col = |f: &dyn Fn(&Run) -> f64| median(results.iter().map(|r| f(run(r))).collect());
+    let col = |f: &dyn Fn(&Run) -> f64| median(runs.clone().map(f).collect());
     Summary {
         load_ms,
         ttft_ms: col(&|r| r.ttft_ms),
         // Answers of one token have no decode rate.
         decode_tok_s: median(
-            results
-                .iter()
-                .map(&run)
+            runs.clone()
                 .filter(|r| r.tokens >= 2)
                 .map(|r| r.decode_tok_s)
                 .collect(),
@@ -683,8 +674,8 @@ mod tests {
             identical: true,
             twin: None,
         }];
-        let ours = summarize(&results, |r| &r.ours, 50.0, 900.0);
-        let theirs = summarize(&results, |r| &r.llamacpp, 80.0, 1200.0);
+        let ours = summarize(results.iter().map(|r| &r.ours), 50.0, 900.0);
+        let theirs = summarize(results.iter().map(|r| &r.llamacpp), 80.0, 1200.0);
         let v = report_json("m.gguf", &a, "llama.cpp", ours, theirs, results);
         assert_eq!(v["questions"], 1);
         for engine in ["ours", "llamacpp"] {
@@ -727,7 +718,7 @@ mod tests {
             q(run(200.0, 200.0, 1)),  // no rate
             q(run(300.0, 500.0, 21)), // 100 tok/s
         ];
-        let s = summarize(&results, |r| &r.ours, 5.0, 7.0);
+        let s = summarize(results.iter().map(|r| &r.ours), 5.0, 7.0);
         assert_eq!(s.ttft_ms, 200.0);
         assert_eq!(s.answer_ms, 300.0);
         assert_eq!(s.decode_tok_s, 75.0);
@@ -760,8 +751,8 @@ mod tests {
             q(run(200.0, 400.0, 11), run(100.0, 500.0, 11)),
             q(run(200.0, 400.0, 11), differs),
         ];
-        let ours = summarize(&results, |r| &r.ours, 5.0, 7.0);
-        let theirs = summarize(&results, |r| &r.llamacpp, 5.0, 7.0);
+        let ours = summarize(results.iter().map(|r| &r.ours), 5.0, 7.0);
+        let theirs = summarize(results.iter().map(|r| &r.llamacpp), 5.0, 7.0);
         let twin = twin_json(&results, 0, &ours);
         // Twin medians: TTFT (100 + 180) / 2, answer (500 + 440) / 2.
         assert_eq!(twin["ours"]["ttft_ms"], 140.0);
