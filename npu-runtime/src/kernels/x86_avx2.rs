@@ -37,12 +37,12 @@ const PREFETCH_AHEAD: usize = 8192;
 /// pointer over the group, as before, left the scale and high-bit planes
 /// without prefetch: their loads were the hot spots of the N=1 K-quant kernel
 /// (benchmarks/runs/kernels-worklog.md#item-26). Hardware prefetch alone falls behind when a batch
-/// makes each block's compute long. Into L2 (T1), not L1: on the DRAM-resident
-/// lm_head T1 was ~25% faster than T0 (benchmarks/runs/kernels-worklog.md#item-11;
-/// again slower in item 27). Prefetches never fault, so
-/// any address is fine.
+/// makes each block's compute long. Into L2 (T1) or L1 (T0) by the CPU:
+/// [`far_prefetch_into_l1`]. Prefetches never fault, so any address is fine.
 #[derive(Clone, Copy)]
 pub(crate) struct Prefetch {
+    /// The hint: T0 when set, else T1.
+    l1: bool,
     nb: usize,
     lead: usize,
     group_bytes: usize,
@@ -62,6 +62,7 @@ impl Prefetch {
         let p = Planes::new(ty, cols);
         let (codes, high, scales) = block_plane_bytes(ty);
         Prefetch {
+            l1: far_prefetch_into_l1(),
             nb: cols / 32,
             // At least a super-block, so a K-quant's scales are in before its first block.
             lead: (PREFETCH_AHEAD / (codes + high + scales)).max(8),
@@ -139,11 +140,54 @@ impl Prefetch {
 
     #[inline(always)]
     fn fetch(&self, group: *const u8, b: usize, wrap: usize) {
+        let l1 = self.l1;
         self.lines(b, wrap, |off| {
+            let p = group.wrapping_add(off).cast();
             // SAFETY: a prefetch is a hint that cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(group.wrapping_add(off).cast()) }
+            unsafe {
+                if l1 {
+                    _mm_prefetch::<_MM_HINT_T0>(p)
+                } else {
+                    _mm_prefetch::<_MM_HINT_T1>(p)
+                }
+            }
         });
     }
+}
+
+/// Whether the kernels' far prefetch goes into L1 (T0) instead of L2 (T1) on this CPU:
+/// AMD from Zen 5 on. On a Zen 5 host T0 streamed one thread's decode weights 2-13% faster
+/// and two threads' 4-7% faster, prefill unchanged
+/// (benchmarks/runs/2026-11-30-prefill-limits.md); on Zen 4 T1 was ~25% faster
+/// (benchmarks/runs/kernels-worklog.md#item-11), on an Intel Xeon the same (item 90).
+pub(crate) fn far_prefetch_into_l1() -> bool {
+    static L1: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *L1.get_or_init(|| {
+        let (vendor, leaf1_eax) = cpu_id();
+        l1_prefetch_for(&vendor, leaf1_eax)
+    })
+}
+
+/// CPUID's vendor string and leaf-1 `eax`.
+fn cpu_id() -> (Vec<u8>, u32) {
+    // SAFETY: every x86-64 CPU has CPUID, and leaves 0 and 1 always exist. (Safe to call
+    // from Rust 1.91 on; the unsafe block keeps the crate's 1.89 minimum.)
+    #[allow(unused_unsafe)]
+    let (id, leaf1) = unsafe { (__cpuid(0), __cpuid(1)) };
+    let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+    (vendor, leaf1.eax)
+}
+
+/// [`far_prefetch_into_l1`]'s rule for a CPUID vendor string and leaf-1 `eax` (the family
+/// is the base family plus the extended family when the base is 0xF).
+fn l1_prefetch_for(vendor: &[u8], leaf1_eax: u32) -> bool {
+    let base = (leaf1_eax >> 8) & 0xF;
+    let family = if base == 0xF {
+        base + ((leaf1_eax >> 20) & 0xFF)
+    } else {
+        base
+    };
+    vendor == b"AuthenticAMD" && family >= 0x1A
 }
 
 type Write<'a> = &'a Output;
@@ -690,6 +734,25 @@ mod tests {
     use super::*;
     use crate::kernels::ggml::QUANT_TYPES;
     use std::collections::HashMap;
+
+    #[test]
+    fn far_prefetch_goes_into_l1_on_amd_from_zen_5_only() {
+        // Leaf-1 eax: stepping 0-3, model 4-7, base family 8-11, extended family 20-27.
+        let eax = |base: u32, ext: u32| (ext << 20) | (base << 8);
+        assert!(l1_prefetch_for(b"AuthenticAMD", eax(0xF, 0x0B))); // Zen 5: 0x1A
+        assert!(l1_prefetch_for(b"AuthenticAMD", eax(0xF, 0x0C)));
+        assert!(!l1_prefetch_for(b"AuthenticAMD", eax(0xF, 0x0A))); // Zen 3/4: 0x19
+        assert!(!l1_prefetch_for(b"GenuineIntel", eax(0x6, 0))); // family 6
+        assert!(!l1_prefetch_for(b"GenuineIntel", eax(0xF, 0x0B)));
+        // The extended family counts only when the base family is 0xF.
+        assert!(!l1_prefetch_for(b"AuthenticAMD", eax(0x6, 0xFF)));
+        // This machine: whatever it is, the rule gives the cached answer.
+        let (vendor, leaf1_eax) = cpu_id();
+        assert_eq!(far_prefetch_into_l1(), l1_prefetch_for(&vendor, leaf1_eax));
+        if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains("AuthenticAMD")) {
+            assert_eq!(vendor, b"AuthenticAMD");
+        }
+    }
 
     /// Every 64-byte line a kernel reads for block `b` of group `g` (offsets from
     /// group 0); a K-quant super-block's whole scale entry counts at its first block.
