@@ -37,8 +37,8 @@ const PREFETCH_AHEAD: usize = 8192;
 /// pointer over the group, as before, left the scale and high-bit planes
 /// without prefetch: their loads were the hot spots of the N=1 K-quant kernel
 /// (benchmarks/runs/kernels-worklog.md#item-26). Hardware prefetch alone falls behind when a batch
-/// makes each block's compute long. Into L2 (T1) or L1 (T0) by the CPU:
-/// [`far_prefetch_into_l1`]. Prefetches never fault, so any address is fine.
+/// makes each block's compute long. Into L2 (T1), or for decode into L1 (T0) on the CPUs
+/// [`far_prefetch_into_l1`] names ([`L1_PREFETCH_MAX_TOKENS`]). Prefetches never fault, so any address is fine.
 #[derive(Clone, Copy)]
 pub(crate) struct Prefetch {
     /// The hint: T0 when set, else T1.
@@ -58,11 +58,11 @@ impl Prefetch {
     /// type): inlined, the plane sizes are then known and each block's line loops unroll
     /// into straight prefetches (benchmarks/runs/kernels-worklog.md#item-68).
     #[inline(always)]
-    pub fn new(ty: GgmlType, cols: usize) -> Prefetch {
+    pub fn new(ty: GgmlType, cols: usize, n_tokens: usize) -> Prefetch {
         let p = Planes::new(ty, cols);
         let (codes, high, scales) = block_plane_bytes(ty);
         Prefetch {
-            l1: far_prefetch_into_l1(),
+            l1: n_tokens <= L1_PREFETCH_MAX_TOKENS && far_prefetch_into_l1(),
             nb: cols / 32,
             // At least a super-block, so a K-quant's scales are in before its first block.
             lead: (PREFETCH_AHEAD / (codes + high + scales)).max(8),
@@ -105,7 +105,7 @@ impl Prefetch {
         line(base + self.scales_at + pb * self.scales);
     }
 
-    /// Prefetch (into L2) what block `b + lead` of the group starting at `group` reads.
+    /// Prefetch what block `b + lead` of the group starting at `group` reads.
     #[inline(always)]
     pub fn block(&self, group: *const u8, b: usize) {
         self.fetch(group, b, self.group_bytes)
@@ -155,9 +155,15 @@ impl Prefetch {
     }
 }
 
-/// Whether the kernels' far prefetch goes into L1 (T0) instead of L2 (T1) on this CPU:
-/// AMD from Zen 5 on. On a Zen 5 host T0 streamed one thread's decode weights 2-13% faster
-/// and two threads' 4-7% faster, prefill unchanged
+/// Kernel calls of up to this many tokens (decode; the pair passes start at 4) prefetch
+/// into L1 where [`far_prefetch_into_l1`] says so. Larger calls keep L2: their L1 holds many
+/// tokens' activations, which lines 8 KB ahead would evict (into L1 the 0.5B's prefill was
+/// 2-7% slower on the Zen 5 host).
+const L1_PREFETCH_MAX_TOKENS: usize = 3;
+
+/// Whether decode's far prefetch goes into L1 (T0) instead of L2 (T1) on this CPU: AMD
+/// from Zen 5 on. On a Zen 5 host T0 decoded 9-13% faster on one thread and 4-7% on two
+/// when the memory bus had room
 /// (benchmarks/runs/2026-11-30-prefill-limits.md); on Zen 4 T1 was ~25% faster
 /// (benchmarks/runs/kernels-worklog.md#item-11), on an Intel Xeon the same (item 90).
 pub(crate) fn far_prefetch_into_l1() -> bool {
@@ -170,8 +176,8 @@ pub(crate) fn far_prefetch_into_l1() -> bool {
 
 /// CPUID's vendor string and leaf-1 `eax`.
 fn cpu_id() -> (Vec<u8>, u32) {
-    // SAFETY: every x86-64 CPU has CPUID, and leaves 0 and 1 always exist. (Safe to call
-    // from Rust 1.91 on; the unsafe block keeps the crate's 1.89 minimum.)
+    // SAFETY: every x86-64 CPU has CPUID, and leaves 0 and 1 always exist. (Newer Rust
+    // declares `__cpuid` safe; the block keeps the crate's 1.89 minimum building.)
     #[allow(unused_unsafe)]
     let (id, leaf1) = unsafe { (__cpuid(0), __cpuid(1)) };
     let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
@@ -379,7 +385,7 @@ unsafe fn quant_body<const F: u8, const VNNI: bool>(
     let nib = _mm256_set1_epi8(0x0F);
     let m10 = _mm256_set1_epi8(0x10);
     let flip = _mm256_set1_epi8(-128);
-    let pf = Prefetch::new(fmt_type(F), k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols, k.n_tokens);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -565,7 +571,7 @@ unsafe fn kquant_body<const F: u8, const VNNI: bool>(
         &mut isum_buf[..TCHUNK.min(k.n_tokens)],
         [_mm256_setzero_si256(); 2],
     );
-    let pf = Prefetch::new(fmt_type(F), k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols, k.n_tokens);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -749,6 +755,15 @@ mod tests {
         // This machine: whatever it is, the rule gives the cached answer.
         let (vendor, leaf1_eax) = cpu_id();
         assert_eq!(far_prefetch_into_l1(), l1_prefetch_for(&vendor, leaf1_eax));
+        // Only decode-sized calls take it; from the pair passes' 4 tokens on, L2.
+        for n in 1..=L1_PREFETCH_MAX_TOKENS {
+            assert_eq!(
+                Prefetch::new(GgmlType::Q4K, 1536, n).l1,
+                far_prefetch_into_l1()
+            );
+        }
+        assert!(!Prefetch::new(GgmlType::Q4K, 1536, 4).l1);
+        assert!(!Prefetch::new(GgmlType::Q8_0, 896, 128).l1);
         if std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains("AuthenticAMD")) {
             assert_eq!(vendor, b"AuthenticAMD");
         }
@@ -787,7 +802,7 @@ mod tests {
                 if cols % ty.block_size() != 0 {
                     continue;
                 }
-                let pf = Prefetch::new(ty, cols);
+                let pf = Prefetch::new(ty, cols, 1);
                 let nb = cols / 32;
                 let planes = Planes::new(ty, cols);
                 let gb = planes.group_bytes();
@@ -826,7 +841,7 @@ mod tests {
                     if cols % ty.block_size() != 0 {
                         continue;
                     }
-                    let pf = Prefetch::new(ty, cols);
+                    let pf = Prefetch::new(ty, cols, 1);
                     let (nb, passes) = (cols / 32, 4);
                     let gb = Planes::new(ty, cols).group_bytes();
                     // Step at which each line was first prefetched.

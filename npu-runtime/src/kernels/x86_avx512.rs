@@ -244,7 +244,7 @@ unsafe fn quant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize,
     let zsum = &acts.zsum[zero_sum_index(z)];
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<__m512>::uninit(); TCHUNK];
-    let pf = Prefetch::new(fmt_type(F), k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols, k.n_tokens);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -313,7 +313,7 @@ unsafe fn quant_pairs<const F: u8>(
     let zsum = &acts.zsum[zero_sum_index(z)];
     let has_min = matches!(F, Q4_1 | Q5_1);
     let mut acc_buf = [MaybeUninit::<[__m512; 2]>::uninit(); TCHUNK];
-    let pf = Prefetch::new(fmt_type(F), k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols, k.n_tokens);
     let mut g = g0;
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
@@ -387,7 +387,7 @@ unsafe fn kquant<const F: u8>(k: &Kernel, acts: &QuantActs, g0: usize, g1: usize
         &mut isum_buf[..TCHUNK.min(k.n_tokens)],
         _mm512_setzero_si512(),
     );
-    let pf = Prefetch::new(fmt_type(F), k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols, k.n_tokens);
     for g in g0..g1 {
         let [codes, high, scales] = k.plane_ptrs(g);
         for t0 in (0..k.n_tokens).step_by(TCHUNK) {
@@ -559,7 +559,7 @@ unsafe fn kquant_pairs<const F: u8>(
         &mut isum_buf[..TCHUNK.min(k.n_tokens)],
         [_mm512_setzero_si512(); 2],
     );
-    let pf = Prefetch::new(fmt_type(F), k.cols);
+    let pf = Prefetch::new(fmt_type(F), k.cols, k.n_tokens);
     let mut g = g0;
     while g + 2 <= g1 {
         let [ca, ha, sa] = k.plane_ptrs(g);
